@@ -1,0 +1,54 @@
+// opforge — build matrices, kernel correctness/performance suites, Chakra trace tools.
+#include <cstdio>
+#include <map>
+
+#include "command.h"
+#include "opforge/error.h"
+
+namespace opf::cli {
+namespace {
+std::map<CLI::App*, std::function<int()>>& actions() {
+  static std::map<CLI::App*, std::function<int()>> a;
+  return a;
+}
+}  // namespace
+
+void on_run(CLI::App* sub, std::function<int()> run) { actions()[sub] = std::move(run); }
+
+}  // namespace opf::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"opforge: build matrices, kernel suites and Chakra trace tools"};
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  using namespace opf::cli;
+  add_ops_command(app);
+#ifdef OPF_HAVE_CHAKRA
+  add_chakra_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    // deepest parsed subcommand with an action wins (e.g. `chakra convert`)
+    CLI::App* cur = &app;
+    std::function<int()>* action = nullptr;
+    while (true) {
+      auto subs = cur->get_subcommands();
+      if (subs.empty()) break;
+      cur = subs.front();
+      auto it = actions().find(cur);
+      if (it != actions().end()) action = &it->second;
+    }
+    if (!action) {
+      std::fprintf(stderr, "opforge: %s needs a subcommand (see --help)\n", cur->get_name().c_str());
+      return 2;
+    }
+    return (*action)();
+  } catch (const opf::Error& e) {
+    std::fprintf(stderr, "opforge: %s\n", e.what());
+    return 1;
+  }
+}

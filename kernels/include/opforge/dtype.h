@@ -1,0 +1,104 @@
+// Storage dtypes and their conversions. f16/bf16 are storage formats only: every kernel
+// accumulates in f32 (or f64 for f64 data).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+#include "opforge/abi.h"
+
+namespace opf {
+
+enum class DType : int32_t { f32 = OPF_F32, f16 = OPF_F16, bf16 = OPF_BF16, f64 = OPF_F64, u8 = OPF_U8, i64 = OPF_I64 };
+
+constexpr std::string_view dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::f64: return "f64";
+    case DType::u8: return "u8";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+
+constexpr size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::f64: return 8;
+    case DType::u8: return 1;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+// Unit roundoff (half an ulp at 1.0) of the storage format.
+constexpr double dtype_unit_roundoff(DType d) {
+  switch (d) {
+    case DType::f32: return 0x1p-24;
+    case DType::f16: return 0x1p-11;
+    case DType::bf16: return 0x1p-8;
+    case DType::f64: return 0x1p-53;
+    default: return 0.0;
+  }
+}
+
+std::optional<DType> dtype_from_name(std::string_view name);
+
+// Round-to-nearest-even conversions, NaN-preserving. Scalar: used by references, tests and
+// tail loops; kernels use SIMD versions.
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float f16_to_f32(uint16_t h) {
+#if defined(__FLT16_MAX__) && !defined(__CUDACC__)
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return float(v);
+#else
+  uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400u)) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+inline uint16_t f32_to_f16(float f) {
+#if defined(__FLT16_MAX__) && !defined(__CUDACC__)
+  _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  return h;
+#else
+#error "opforge needs a compiler with _Float16 for host-side f16 conversion"
+#endif
+}
+
+}  // namespace opf

@@ -1,0 +1,81 @@
+// The module loader: prebuilt module of this build -> JIT cache entry -> compile now.
+// Every backend produces the same kind of module (see abi.h); callers never care which path won.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "opforge/abi.h"
+#include "opforge/manifest.h"
+
+namespace opf {
+
+// Memory and synchronisation for a backend's tensors. The CPU device is plain host memory.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual std::string describe() const = 0;  // e.g. "NVIDIA H100 (sm_90)"
+};
+
+enum class ModuleSource { prebuilt, jit_cache, jit_compiled };
+std::string_view module_source_name(ModuleSource s);
+
+struct LoadedModule {
+  const opf_module_info* info = nullptr;
+  ModuleSource source = ModuleSource::prebuilt;
+  std::string path;           // the artefact that was loaded
+  std::string cache_key;      // JIT only
+  double load_seconds = 0;    // wall time of this load (compile included when compiled)
+};
+
+struct LoaderStats {
+  int prebuilt_loads = 0;
+  int cache_hits = 0;
+  int compiles = 0;           // compiler (or NVRTC/hiprtc) runs done by this process
+  int lock_waits = 0;         // times another process held the key's lock
+};
+
+// Why a backend can or cannot run here, without side effects (no context is created).
+struct Availability {
+  bool ok = false;
+  std::string reason;         // "no CUDA driver (libcuda.so.1 not loadable)", ...
+};
+
+// State of one op x backend in the JIT cache, for `opforge ops` / `opforge clean`.
+struct CacheState {
+  std::string key;            // key this build would use ("" if not computable)
+  bool present = false;       // published entry for that key exists
+  std::string dir;            // <cache>/<op>/<backend>/<key>
+};
+
+class Loader {
+ public:
+  static Loader& instance();
+
+  // Throws opf::Error (one line) when the module cannot be produced.
+  const LoadedModule& load(const OpInfo& op, std::string_view backend);
+  Availability availability(std::string_view backend) const;
+  Device& device(std::string_view backend);   // throws when not available
+  CacheState cache_state(const OpInfo& op, std::string_view backend) const;
+  LoaderStats stats() const;
+
+  // Drops loaded modules from this process's table (tests: force a fresh lookup).
+  void forget();
+
+  struct Impl;
+ private:
+  Loader();
+  std::unique_ptr<Impl> impl_;
+};
+
+// Cache root: $OPFORGE_CACHE_DIR, else $XDG_CACHE_HOME/opforge, else ~/.cache/opforge.
+std::string cache_root();
+
+}  // namespace opf

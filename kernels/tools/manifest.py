@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Reads kernels/manifest.toml for Meson and generates the C++ op table.
+
+  manifest.py list   MANIFEST OPTIONS_FILE OPS_DIR   -> one line per op: name|backend,backend|meson?|TUNE=v,...
+  manifest.py header MANIFEST OUT_H  SPEC...         -> generated table; SPEC = op:enabled_backends:prebuilt_backends
+
+Errors are one line, `file:line: problem`, exit status 1, so Meson stops configure with it.
+"""
+import os
+import re
+import sys
+import tomllib
+
+KNOWN_BACKENDS = {"cpu": "cpu.cpp", "cuda": "kernel.cu", "hip": "kernel.cu"}
+KNOWN_DTYPES = {"f32", "f16", "bf16", "f64"}
+KNOWN_ENTRIES = {"forward", "backward"}
+REQUIRED = ["summary", "entries", "dtypes", "backends", "cases"]
+
+
+def fail(path, line, msg):
+    sys.stderr.write(f"{path}:{line}: {msg}\n")
+    sys.exit(1)
+
+
+def line_of(text, pattern):
+    for i, l in enumerate(text.splitlines(), 1):
+        if re.search(pattern, l):
+            return i
+    return 1
+
+
+def load(path):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        fail(path, 0, f"cannot read manifest: {e.strerror}")
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        fail(path, m.group(1) if m else 1, f"invalid TOML: {e}")
+    ops = data.get("op")
+    if not isinstance(ops, dict) or not ops:
+        fail(path, 1, "no [op.<name>] tables")
+    return text, ops
+
+
+def validate(path, text, ops, options_file=None, ops_dir=None):
+    option_names = set()
+    if options_file:
+        with open(options_file, encoding="utf-8") as f:
+            option_names = set(re.findall(r"^\s*option\(\s*'([A-Za-z0-9_]+)'", f.read(), re.M))
+    for name, op in ops.items():
+        where = line_of(text, r"^\s*\[op\." + re.escape(name) + r"\]")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            fail(path, where, f"op '{name}': name must be snake_case")
+        for key in REQUIRED:
+            if key not in op:
+                fail(path, where, f"op '{name}': missing key '{key}'")
+        for b in op["backends"]:
+            if b not in KNOWN_BACKENDS:
+                fail(path, where, f"op '{name}': unknown backend '{b}' (known: {', '.join(sorted(KNOWN_BACKENDS))})")
+        for d in op["dtypes"]:
+            if d not in KNOWN_DTYPES:
+                fail(path, where, f"op '{name}': unknown dtype '{d}'")
+        for e in op["entries"]:
+            if e not in KNOWN_ENTRIES:
+                fail(path, where, f"op '{name}': unknown entry '{e}'")
+        for key in ("cases", "bench"):
+            for shape in op.get(key, []):
+                if not shape or not all(isinstance(v, int) and v > 0 for v in shape):
+                    fail(path, where, f"op '{name}': {key} shape {shape} must be a list of positive integers")
+        for key in ("params", "tune"):
+            for k, v in op.get(key, {}).items():
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    fail(path, where, f"op '{name}': {key}.{k} must be a number")
+        if options_file and name not in option_names:
+            fail(path, where, f"op '{name}' has no option('{name}', type: 'feature', ...) line in {options_file}")
+        if ops_dir:
+            folder = os.path.join(ops_dir, name)
+            need = ["ref.cpp"] + sorted({KNOWN_BACKENDS[b] for b in op["backends"]})
+            for fname in need:
+                if not os.path.isfile(os.path.join(folder, fname)):
+                    fail(path, where, f"op '{name}': declared source {os.path.join(folder, fname)} is missing")
+
+
+def cmd_list(path, options_file, ops_dir):
+    text, ops = load(path)
+    validate(path, text, ops, options_file, ops_dir)
+    for name, op in ops.items():
+        extra = "meson" if os.path.isfile(os.path.join(ops_dir, name, "meson.build")) else ""
+        tune = ",".join(f"{k.upper()}={v}" for k, v in op.get("tune", {}).items())
+        print(f"{name}|{','.join(op['backends'])}|{extra}|{tune}")
+
+
+def c_str(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def c_list(items):
+    return "{" + ", ".join(c_str(i) for i in items) + "}"
+
+
+def c_shapes(shapes):
+    return "{" + ", ".join("{" + ", ".join(str(v) for v in s) + "}" for s in shapes) + "}"
+
+
+def c_pairs(d):
+    return "{" + ", ".join("{" + c_str(k) + ", " + repr(float(v)) + "}" for k, v in d.items()) + "}"
+
+
+def cmd_header(path, out, specs):
+    text, ops = load(path)
+    validate(path, text, ops)
+    enabled = []
+    for spec in specs:
+        name, backends, prebuilt = (spec.split(":") + ["", ""])[:3]
+        if name not in ops:
+            fail(path, 1, f"op '{name}' enabled by Meson but missing from the manifest")
+        enabled.append((name, [b for b in backends.split(",") if b], [b for b in prebuilt.split(",") if b]))
+    lines = [
+        "// Generated by kernels/tools/manifest.py from kernels/manifest.toml. Do not edit.",
+        "#pragma once",
+        "#include \"opforge/manifest.h\"",
+        "",
+        "namespace opf::ops {",
+    ]
+    for name, _, _ in enabled:
+        lines.append(f"extern const OpSpec {name}_spec;")
+    lines += ["}  // namespace opf::ops", "", "namespace opf::generated {", "",
+              "inline std::vector<OpInfo> make_op_table() {", "  std::vector<OpInfo> t;"]
+    for name, backends, prebuilt in enabled:
+        op = ops[name]
+        lines += [
+            "  t.push_back(OpInfo{",
+            f"      .name = {c_str(name)},",
+            f"      .summary = {c_str(op['summary'])},",
+            f"      .entries = {c_list(op['entries'])},",
+            f"      .dtypes = {c_list(op['dtypes'])},",
+            f"      .declared_backends = {c_list(op['backends'])},",
+            f"      .enabled_backends = {c_list(backends)},",
+            f"      .prebuilt_backends = {c_list(prebuilt)},",
+            f"      .params = {c_pairs(op.get('params', {}))},",
+            f"      .tune = {c_pairs(op.get('tune', {}))},",
+            f"      .cases = {c_shapes(op['cases'])},",
+            f"      .bench = {c_shapes(op.get('bench', []))},",
+            f"      .peers = {c_list(op.get('peers', []))},",
+            f"      .spec = &opf::ops::{name}_spec,",
+            "  });",
+        ]
+    lines += ["  return t;", "}", "", "}  // namespace opf::generated", ""]
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, out)
+
+
+def main(argv):
+    if len(argv) >= 5 and argv[1] == "list":
+        cmd_list(argv[2], argv[3], argv[4])
+    elif len(argv) >= 4 and argv[1] == "header":
+        cmd_header(argv[2], argv[3], argv[4:])
+    else:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
