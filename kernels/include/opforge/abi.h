@@ -47,15 +47,18 @@ typedef struct opf_call {
   void* stream;                  /* backend stream, or NULL for the default one */
 } opf_call;
 
+struct opf_module_info;
+
 /* Return 0 on success; otherwise write a one-line reason into err. */
-typedef int (*opf_run_fn)(const opf_call* call, char* err, size_t err_len);
+typedef int (*opf_run_fn)(const struct opf_module_info* self, const opf_call* call, char* err, size_t err_len);
 
 typedef struct opf_module_info {
   uint32_t abi_version;          /* OPF_ABI_VERSION */
   const char* op;                /* manifest key, e.g. "layer_norm" */
-  const char* backend;           /* "cpu" */
-  const char* isa;               /* what the module picked on this CPU, e.g. "AVX3" (informational) */
+  const char* backend;           /* "cpu" | "cuda" | "hip" */
+  const char* isa;               /* what the module runs as here, e.g. "AVX3", "sm_90" (informational) */
   opf_run_fn run;
+  void* impl;                    /* backend-private (GPU: the loaded code object); NULL for CPU */
 } opf_module_info;
 
 typedef const opf_module_info* (*opf_module_fn)(void);

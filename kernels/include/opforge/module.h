@@ -43,9 +43,13 @@ int guarded(const opf_call* call, char* err, size_t len, F&& body) {
 
 }  // namespace opf::module
 
-// Defines the one exported symbol of a CPU module. ISA is a const char* expression.
-#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, RUN)                                          \
-  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                         \
-    static const opf_module_info info{OPF_ABI_VERSION, OP, BACKEND, ISA, RUN};            \
-    return &info;                                                                         \
+// Defines the one exported symbol of a CPU module. ISA is a const char* expression;
+// RUN is int(const opf_call*, char* err, size_t len).
+#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, RUN)                                              \
+  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                             \
+    static const opf_module_info info{                                                        \
+        OPF_ABI_VERSION, OP, BACKEND, ISA,                                                    \
+        [](const opf_module_info*, const opf_call* c, char* e, size_t n) { return RUN(c, e, n); }, \
+        nullptr};                                                                             \
+    return &info;                                                                             \
   }
