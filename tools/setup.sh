@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages opforge needs (only those missing), then configures and builds
+# a build tree. Usage: tools/setup.sh [BUILD_DIR [meson -D options...]]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  meson ninja-build pkg-config g++ python3 ccache
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev    # tests, benchmarks, CLI
+  libhwy-dev libdnnl-dev libopenblas-dev libssl-dev          # SIMD dispatch, CPU peers, cache keys
+  protobuf-compiler libprotobuf-dev libsimdjson-dev zlib1g-dev libtomlplusplus-dev  # chakra, matrices
+  hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)
+  valgrind                                                   # instruction-count gating
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get -o DPkg::Lock::Timeout=300 update -q
+  $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+build=${1:-build}
+shift || true
+if [[ -f $build/build.ninja ]]; then
+  meson setup --reconfigure "$build" "$@" >/dev/null
+else
+  meson setup "$build" "$@"
+fi
+ninja -C "$build"
