@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "build_config.h"
 #include "opforge/abi.h"
 #include "opforge/loader.h"
 #include "opforge/manifest.h"
@@ -40,6 +41,17 @@ class Backend {
   virtual Device& device() = 0;  // throws opf::Error when !availability().ok
 };
 
+// Factories, one per backend file. The loader (core/loader.cpp) calls a GPU factory only under
+//   #if OPF_HAVE_CUDA && defined(OPF_HAVE_CUDA_BACKEND)     (resp. HIP)
+// so the build works before the backend file exists. kernels/gpu/meson.build adds
+// core/cuda_backend.cpp to core_sources and '-DOPF_HAVE_CUDA_BACKEND' to core_args in the same
+// change (likewise hip_backend.cpp / OPF_HAVE_HIP_BACKEND). OPF_HAVE_* come from build_config.h.
+// Contract reminders for backend authors (the loader relies on these):
+//  - availability() and prebuilt_path() must be cheap and side-effect free (`opforge ops` calls them).
+//  - jit_identity() must list everything but source text that changes the artefact; the loader
+//    hashes it with the sources, tuning defines and the opforge version into the cache key.
+//  - compile() writes exactly out_path (inside a private temp dir) and log_path; it must not
+//    touch the cache layout itself. open() validates abi_version/op/backend.
 std::unique_ptr<Backend> make_cpu_backend();
 #if OPF_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend();
