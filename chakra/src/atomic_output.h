@@ -1,0 +1,38 @@
+// Output file that appears only when complete: bytes go to a temp file in the destination's
+// directory (same filesystem, so rename is atomic) and commit() renames it over the target.
+// If commit() is never reached (error, exception) the temp file is removed and an existing
+// target is left untouched. A name ending in ".gz" is written gzip-compressed (like the
+// reference C++ writer).
+#pragma once
+
+#include <zlib.h>
+
+#include <string>
+#include <string_view>
+
+namespace opf::chakra {
+
+class AtomicOutput {
+ public:
+  explicit AtomicOutput(std::string path);
+  ~AtomicOutput();   // discards unless committed
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  void write(std::string_view bytes);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  void flush_buffer();
+  void write_raw(const char* p, size_t n);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  bool gzip_ = false;
+  z_stream zs_{};
+  std::string buf_;
+};
+
+}  // namespace opf::chakra
