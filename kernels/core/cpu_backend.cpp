@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/backend.h"
+#include "hwy/highway.h"  // HWY_MAJOR/MINOR/PATCH: the modules compile against this Highway
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 
@@ -91,6 +92,7 @@ class CpuBackend final : public Backend {
     std::vector<std::string> id = command_line(op, src, "<out>");
     id.push_back("compiler=" + build::cpp_toolchain().id + " " + build::cpp_toolchain().version);
     id.push_back(host_cpu_identity());
+    id.push_back("highway=" + std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." + std::to_string(HWY_PATCH));
     return id;
   }
 

@@ -2,14 +2,19 @@
 #include "opforge/loader.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 
 #include "build_config.h"
 #include "core/backend.h"
+#include "core/jit_cache.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 
@@ -30,6 +35,80 @@ std::string cache_root() {
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/opforge";
   throw Error("no cache directory: set OPFORGE_CACHE_DIR (HOME and XDG_CACHE_HOME are unset)");
 }
+
+
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string_view(v) != "0";
+}
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = char(std::toupper((unsigned char)c));
+  return s;
+}
+
+std::string number_text(double v) {
+  char buf[40];
+  if (std::nearbyint(v) == v && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Tuning values: the manifest's, unless OPFORGE_TUNE_<OP>_<NAME> overrides one.
+// Returns OPF_TUNE_<NAME>=<v> defines; *overridden tells whether any differs from the manifest.
+std::vector<std::string> tune_defines(const OpInfo& op, bool* overridden) {
+  std::vector<std::string> defs;
+  *overridden = false;
+  for (const auto& [name, value] : op.tune) {
+    std::string v = number_text(value);
+    const std::string env = "OPFORGE_TUNE_" + upper(op.name) + "_" + upper(name);
+    if (const char* e = std::getenv(env.c_str()); e && *e) {
+      char* end = nullptr;
+      double d = std::strtod(e, &end);
+      if (end == e || *end || !std::isfinite(d))
+        throw Error(env + "='" + e + "' is not a number");
+      if (number_text(d) != v) *overridden = true;
+      v = number_text(d);
+    }
+    defs.push_back("OPF_TUNE_" + upper(name) + "=" + v);
+  }
+  return defs;
+}
+
+// Where the JIT finds op sources: the source tree recorded at configure time, or
+// $OPFORGE_SOURCE_DIR (a project root containing kernels/).
+detail::JitSource jit_source(const OpInfo& op, std::string_view backend) {
+  const char* env = std::getenv("OPFORGE_SOURCE_DIR");
+  const std::string root = env && *env ? std::string(env) : build::source_root();
+  const std::string kernels = root + "/kernels";
+  detail::JitSource src;
+  src.main_file = kernels + "/ops/" + op.name + "/" + (backend == "cpu" ? "cpu.cpp" : "kernel.cu");
+  src.include_dirs = {kernels + "/include", kernels};
+  bool overridden = false;
+  src.defines = tune_defines(op, &overridden);
+  struct stat st;
+  if (::stat(src.main_file.c_str(), &st) != 0)
+    throw Error("JIT source " + src.main_file + " of op '" + op.name + "' is missing (set OPFORGE_SOURCE_DIR to the opforge source tree)");
+  return src;
+}
+
+bool tuning_overridden(const OpInfo& op) {
+  bool o = false;
+  tune_defines(op, &o);
+  return o;
+}
+
+void verbose(const std::string& msg) {
+  if (env_flag("OPFORGE_JIT_VERBOSE")) std::fprintf(stderr, "opforge: %s\n", msg.c_str());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
 
 struct Loader::Impl {
   std::mutex mu;
@@ -58,6 +137,105 @@ struct Loader::Impl {
     if (!b) throw Error("backend '" + std::string(name) + "' is not built into this opforge (see `opforge ops`)");
     return *b;
   }
+
+  // JIT cache entry -> compile now. Called with mu held.
+  LoadedModule load_jit(const OpInfo& op, detail::Backend& be) {
+    namespace jit = detail::jit;
+    const detail::JitSource src = jit_source(op, be.name());
+    const jit::Key key = jit::compute_key(op, be, src);
+    const std::string dir = cache_root() + "/" + op.name + "/" + be.name();
+    const std::string entry = dir + "/" + key.key, artefact = be.artefact_name();
+    LoadedModule m;
+    m.cache_key = key.key;
+    m.path = entry + "/" + artefact;
+
+    // Fast path: a valid published entry needs no lock (entries are immutable once renamed in).
+    if (jit::check_entry(entry, artefact).valid) {
+      m.info = be.open(op, m.path);
+      m.source = ModuleSource::jit_cache;
+      ++stats.cache_hits;
+      return m;
+    }
+
+    jit::make_dirs(dir);
+    const auto wait_start = std::chrono::system_clock::now();
+    bool waited = false;
+    jit::KeyLock lock(dir + "/" + key.key + ".lock", jit::lock_timeout_seconds(), &waited);
+    if (waited) ++stats.lock_waits;
+
+    const jit::EntryCheck check = jit::check_entry(entry, artefact);
+    if (check.valid) {  // another process built it while we waited
+      m.info = be.open(op, m.path);
+      m.source = ModuleSource::jit_cache;
+      ++stats.cache_hits;
+      return m;
+    }
+    if (check.exists) {
+      std::fprintf(stderr, "opforge: discarding corrupt JIT cache entry %s (%s); rebuilding\n", entry.c_str(),
+                   check.problem.c_str());
+      jit::remove_tree(entry);
+    }
+    const std::string failed = entry + ".failed";
+    if (waited) {
+      // The builder we waited for failed: report its log rather than failing it again silently.
+      struct stat st;
+      if (::stat((failed + "/" + jit::kSidecar).c_str(), &st) == 0) {
+        const auto mtime = std::chrono::system_clock::time_point(
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+        if (mtime >= wait_start - std::chrono::seconds(1))
+          throw Error("JIT of " + op.name + "/" + be.name() + " failed in another process (" +
+                      jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" + jit::kLog);
+      }
+    }
+
+    const std::string tmp = dir + "/.tmp." + key.key + "." + std::to_string(::getpid());
+    jit::remove_tree(tmp);  // a dead builder with our pid (pid reuse) may have left one
+    jit::make_dirs(tmp);
+    const std::string tmp_art = tmp + "/" + artefact, tmp_log = tmp + "/" + jit::kLog;
+    jit::Sidecar side{op.name, be.name(), key.key, "ok", artefact, 0, "", 0, &key, ""};
+    verbose("JIT-compiling " + op.name + "/" + be.name() + " into " + entry);
+    const auto t0 = std::chrono::steady_clock::now();
+    ++stats.compiles;
+    try {
+      be.compile(op, src, tmp_art, tmp_log);
+    } catch (const Error& e) {
+      // Keep the log where the error message can point: <key>.failed/compile.log
+      side.status = "failed";
+      side.compile_seconds = seconds_since(t0);
+      side.log = failed + "/" + jit::kLog;
+      jit::remove_tree(failed);
+      std::string msg = e.what();
+      try {
+        jit::write_sidecar(tmp, side);
+        if (::rename(tmp.c_str(), failed.c_str()) != 0) throw Error("rename failed");
+      } catch (const Error&) {
+        jit::remove_tree(tmp);
+        throw Error(msg);
+      }
+      const size_t at = msg.find(tmp_log);
+      if (at != std::string::npos) msg.replace(at, tmp_log.size(), side.log);
+      throw Error(msg);
+    }
+    side.compile_seconds = seconds_since(t0);
+    struct stat st;
+    if (::stat(tmp_art.c_str(), &st) != 0) {
+      jit::remove_tree(tmp);
+      throw Error("JIT of " + op.name + "/" + be.name() + ": compiler produced no " + artefact);
+    }
+    side.artefact_size = (long long)st.st_size;
+    side.artefact_sha256 = jit::sha256_file(tmp_art);
+    jit::write_sidecar(tmp, side);  // last: an entry without it is never trusted
+    if (::rename(tmp.c_str(), entry.c_str()) != 0) {
+      const int e = errno;
+      jit::remove_tree(tmp);
+      throw Error("cannot publish JIT cache entry " + entry + ": " + std::strerror(e));
+    }
+    jit::remove_tree(failed);  // an older failure for this key is no longer news
+    m.info = be.open(op, m.path);
+    m.source = ModuleSource::jit_compiled;
+    return m;
+  }
 };
 
 Loader& Loader::instance() {
@@ -76,7 +254,9 @@ const LoadedModule& Loader::load(const OpInfo& op, std::string_view backend) {
   detail::Backend& be = impl_->require_backend(backend);
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModule m;
-  if (op.is_prebuilt(backend)) {
+  // A tuning override or OPFORGE_FORCE_JIT means the prebuilt module is not what was asked for.
+  const bool use_prebuilt = op.is_prebuilt(backend) && !env_flag("OPFORGE_FORCE_JIT") && !tuning_overridden(op);
+  if (use_prebuilt) {
     m.path = be.prebuilt_path(op);
     struct stat st;
     if (::stat(m.path.c_str(), &st) != 0)
@@ -85,7 +265,7 @@ const LoadedModule& Loader::load(const OpInfo& op, std::string_view backend) {
     m.source = ModuleSource::prebuilt;
     ++impl_->stats.prebuilt_loads;
   } else {
-    throw Error("JIT for " + id + " is not implemented yet");
+    m = impl_->load_jit(op, be);
   }
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return impl_->loaded[id] = std::move(m);
@@ -106,7 +286,21 @@ Device& Loader::device(std::string_view backend) {
   return b.device();
 }
 
-CacheState Loader::cache_state(const OpInfo&, std::string_view) const { return {}; }
+CacheState Loader::cache_state(const OpInfo& op, std::string_view backend) const {
+  std::lock_guard lock(impl_->mu);
+  CacheState cs;
+  detail::Backend* be = impl_->backend(backend);
+  if (!be) return cs;
+  try {
+    const detail::JitSource src = jit_source(op, backend);
+    cs.key = detail::jit::compute_key(op, *be, src).key;
+    cs.dir = cache_root() + "/" + op.name + "/" + std::string(backend) + "/" + cs.key;
+    cs.present = detail::jit::check_entry(cs.dir, be->artefact_name()).valid;
+  } catch (const Error&) {
+    cs.key.clear();  // sources not reachable from here: no key this build would use
+  }
+  return cs;
+}
 
 LoaderStats Loader::stats() const {
   std::lock_guard lock(impl_->mu);

@@ -1,0 +1,394 @@
+#include "core/jit_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "opforge/build_info.h"
+#include "opforge/error.h"
+
+namespace opf::detail::jit {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+struct Sha256 {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
+  Sha256() {
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("OpenSSL: cannot initialise SHA-256");
+  }
+  void update(const void* p, size_t n) { EVP_DigestUpdate(ctx.get(), p, n); }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx.get(), md, &n);
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < n; ++i) {
+      out += digits[md[i] >> 4];
+      out += digits[md[i] & 15];
+    }
+    return out;
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read JIT source " + path + ": " + errno_text(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += char(c);
+        }
+    }
+  }
+  return o;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  if (::gethostname(h, sizeof h - 1) != 0) return "?";
+  return h;
+}
+
+bool is_key(const std::string& s) {
+  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit((unsigned char)c) && !std::isupper((unsigned char)c); });
+}
+
+bool is_name(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '_'; });
+}
+
+long long tree_bytes(const fs::path& p) {
+  std::error_code ec;
+  long long n = 0;
+  if (fs::is_regular_file(p, ec)) return (long long)fs::file_size(p, ec);
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file(ec)) n += (long long)it->file_size(ec);
+  return n;
+}
+
+}  // namespace
+
+std::string sha256_hex(const std::string& data) {
+  Sha256 h;
+  h.update(data.data(), data.size());
+  return h.hex();
+}
+
+std::string sha256_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error("cannot read " + path + ": " + errno_text(errno));
+  Sha256 h;
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) h.update(buf, size_t(n));
+  int e = errno;
+  ::close(fd);
+  if (n < 0) throw Error("cannot read " + path + ": " + errno_text(e));
+  return h.hex();
+}
+
+std::vector<std::string> local_sources(const JitSource& src) {
+  static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::vector<std::string> order{fs::weakly_canonical(src.main_file).string()};
+  std::set<std::string> seen{order.front()};
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::istringstream text(read_file(order[i]));
+    const std::string here = fs::path(order[i]).parent_path().string();
+    std::string line;
+    while (std::getline(text, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, include_re)) continue;
+      std::vector<std::string> dirs{here};
+      dirs.insert(dirs.end(), src.include_dirs.begin(), src.include_dirs.end());
+      for (const auto& d : dirs) {
+        std::string cand = d + "/" + m[1].str();
+        if (!is_file(cand)) continue;
+        cand = fs::weakly_canonical(cand).string();
+        if (seen.insert(cand).second) order.push_back(cand);
+        break;
+      }
+    }
+  }
+  std::sort(order.begin() + 1, order.end());
+  return order;
+}
+
+Key compute_key(const OpInfo& op, const Backend& backend, const JitSource& src) {
+  Key k;
+  k.inputs.push_back("opforge=" + build::version());
+  k.inputs.push_back("abi=" + std::to_string(OPF_ABI_VERSION));
+  k.inputs.push_back("op=" + op.name);
+  k.inputs.push_back("backend=" + backend.name());
+  for (const auto& d : src.defines) k.inputs.push_back("define=" + d);  // tuning values
+  for (auto& s : backend.jit_identity(op, src)) k.inputs.push_back(std::move(s));
+  for (const auto& path : local_sources(src)) k.sources.emplace_back(path, sha256_hex(read_file(path)));
+  std::string all;
+  for (const auto& s : k.inputs) all += "input\x1f" + s + "\n";
+  for (const auto& [p, h] : k.sources) all += "source\x1f" + p + "\x1f" + h + "\n";
+  k.key = sha256_hex(all).substr(0, 32);
+  return k;
+}
+
+// ------------------------------------------------------------------------------------ lock
+
+double lock_timeout_seconds() {
+  const char* v = std::getenv("OPFORGE_LOCK_TIMEOUT");
+  if (!v || !*v) return 300;
+  char* end = nullptr;
+  double t = std::strtod(v, &end);
+  if (end == v || *end || !(t >= 0) || !std::isfinite(t))
+    throw Error(std::string("OPFORGE_LOCK_TIMEOUT='") + v + "' is not a number of seconds");
+  return t;
+}
+
+KeyLock::KeyLock(const std::string& path, double timeout_s, bool* waited) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw Error("cannot open JIT lock " + path + ": " + errno_text(errno) +
+                " (is the cache directory writable? set OPFORGE_CACHE_DIR)");
+  if (waited) *waited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto pause = std::chrono::milliseconds(5);
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      int e = errno;
+      ::close(fd_);
+      throw Error("cannot lock JIT lock " + path + ": " + errno_text(e));
+    }
+    if (waited) *waited = true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      char holder[256] = {0};
+      ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+      std::string h = n > 0 ? std::string(holder, size_t(n)) : "unknown holder";
+      while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
+      std::replace(h.begin(), h.end(), '\n', ' ');
+      ::close(fd_);
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", timeout_s);
+      throw Error("timed out after " + std::string(secs) + " s waiting for JIT lock " + path + " held by " + h +
+                  " (raise OPFORGE_LOCK_TIMEOUT, or wait for that process)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+  // Tell the next waiter who holds it.
+  const std::string me = "pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_now() + "\n";
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, me.data(), me.size(), 0);
+}
+
+KeyLock::~KeyLock() {
+  if (fd_ >= 0) {
+    (void)!::ftruncate(fd_, 0);
+    ::close(fd_);  // releases the flock
+  }
+}
+
+bool KeyLock::is_free(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
+}
+
+// ------------------------------------------------------------------------------------ entries
+
+std::string sidecar_field(const std::string& meta_path, const std::string& field) {
+  std::ifstream in(meta_path);
+  std::string line, needle = "  \"" + field + "\": ";
+  while (std::getline(in, line)) {
+    if (line.rfind(needle, 0) != 0) continue;
+    std::string v = line.substr(needle.size());
+    if (!v.empty() && v.back() == ',') v.pop_back();
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return v;
+  }
+  return "";
+}
+
+EntryCheck check_entry(const std::string& dir, const std::string& artefact_name) {
+  EntryCheck c;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return c;
+  c.exists = true;
+  const std::string meta = dir + "/" + kSidecar, art = dir + "/" + artefact_name;
+  if (!is_file(meta)) {
+    c.problem = "no " + std::string(kSidecar) + " sidecar";
+    return c;
+  }
+  const std::string size = sidecar_field(meta, "artefact_size"), sum = sidecar_field(meta, "artefact_sha256");
+  if (sidecar_field(meta, "status") != "ok" || size.empty() || sum.empty()) {
+    c.problem = "sidecar " + meta + " is incomplete";
+    return c;
+  }
+  if (::stat(art.c_str(), &st) != 0) {
+    c.problem = art + " is missing";
+    return c;
+  }
+  if (std::to_string((long long)st.st_size) != size) {
+    c.problem = art + " has " + std::to_string((long long)st.st_size) + " bytes, sidecar says " + size;
+    return c;
+  }
+  if (sha256_file(art) != sum) {
+    c.problem = art + " does not match the SHA-256 recorded in its sidecar";
+    return c;
+  }
+  c.valid = true;
+  return c;
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw Error("cannot create JIT cache directory " + dir + ": " + ec.message() +
+                " (set OPFORGE_CACHE_DIR to a writable directory)");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error("JIT cache directory " + dir + " is not writable: " + errno_text(errno) +
+                " (set OPFORGE_CACHE_DIR to a writable directory)");
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+void write_sidecar(const std::string& dir, const Sidecar& s) {
+  std::ostringstream o;
+  o << "{\n";
+  o << "  \"opforge_cache_entry\": 1,\n";
+  o << "  \"opforge_version\": \"" << json_escape(build::version()) << "\",\n";
+  o << "  \"op\": \"" << json_escape(s.op) << "\",\n";
+  o << "  \"backend\": \"" << json_escape(s.backend) << "\",\n";
+  o << "  \"key\": \"" << json_escape(s.key) << "\",\n";
+  o << "  \"status\": \"" << json_escape(s.status) << "\",\n";
+  o << "  \"artefact\": \"" << json_escape(s.artefact) << "\",\n";
+  o << "  \"artefact_size\": " << s.artefact_size << ",\n";
+  o << "  \"artefact_sha256\": \"" << json_escape(s.artefact_sha256) << "\",\n";
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", s.compile_seconds);
+  o << "  \"compile_seconds\": " << secs << ",\n";
+  o << "  \"log\": \"" << json_escape(s.log) << "\",\n";
+  o << "  \"created\": \"" << utc_now() << "\",\n";
+  o << "  \"builder\": \"pid " << ::getpid() << " on " << json_escape(host_name()) << "\",\n";
+  o << "  \"key_inputs\": [";
+  if (s.key_info)
+    for (size_t i = 0; i < s.key_info->inputs.size(); ++i)
+      o << (i ? ", " : "") << '"' << json_escape(s.key_info->inputs[i]) << '"';
+  o << "],\n  \"sources\": {";
+  if (s.key_info)
+    for (size_t i = 0; i < s.key_info->sources.size(); ++i)
+      o << (i ? ", " : "") << '"' << json_escape(s.key_info->sources[i].first) << "\": \"" << s.key_info->sources[i].second << '"';
+  o << "}\n}\n";
+  const std::string path = dir + "/" + kSidecar, tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << o.str();
+    out.flush();
+    if (!out) throw Error("cannot write JIT sidecar " + tmp + ": " + errno_text(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write JIT sidecar " + path + ": " + errno_text(errno));
+}
+
+// ------------------------------------------------------------------------------------ listing
+
+std::vector<CacheItem> list_cache(const std::string& root) {
+  std::vector<CacheItem> items;
+  std::error_code ec;
+  auto sorted_dir = [&](const fs::path& p) {
+    std::vector<fs::directory_entry> v;
+    for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) v.push_back(*it);
+    ec.clear();
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.path() < b.path(); });
+    return v;
+  };
+  for (const auto& opd : sorted_dir(root)) {
+    const std::string op = opd.path().filename().string();
+    if (!opd.is_directory(ec) || opd.is_symlink(ec) || !is_name(op)) continue;
+    for (const auto& bd : sorted_dir(opd.path())) {
+      const std::string backend = bd.path().filename().string();
+      if (!bd.is_directory(ec) || bd.is_symlink(ec) || !is_name(backend)) continue;
+      for (const auto& e : sorted_dir(bd.path())) {
+        const std::string name = e.path().filename().string();
+        const std::string base = bd.path().string() + "/";
+        CacheItem item{e.path().string(), "", op, backend, 0};
+        if (e.is_symlink(ec)) continue;
+        const bool dir = e.is_directory(ec);
+        auto has_our_sidecar = [&] { return sidecar_field(e.path().string() + "/" + kSidecar, "opforge_cache_entry") == "1"; };
+        if (dir && is_key(name) && has_our_sidecar()) {
+          item.kind = "entry";
+        } else if (dir && name.size() == 39 && name.ends_with(".failed") && is_key(name.substr(0, 32)) && has_our_sidecar()) {
+          item.kind = "failed";
+        } else if (dir && name.rfind(".tmp.", 0) == 0 && name.size() > 38 && is_key(name.substr(5, 32)) && name[37] == '.' &&
+                   std::all_of(name.begin() + 38, name.end(), ::isdigit)) {
+          // a build in progress holds its key's lock; only an abandoned one is listed
+          if (!KeyLock::is_free(base + name.substr(5, 32) + ".lock")) continue;
+          item.kind = "temp";
+        } else if (!dir && name.size() == 37 && name.ends_with(".lock") && is_key(name.substr(0, 32))) {
+          if (!KeyLock::is_free(e.path().string())) continue;
+          item.kind = "lock";
+        } else {
+          continue;  // not ours: never listed, never removed
+        }
+        item.bytes = tree_bytes(e.path());
+        items.push_back(std::move(item));
+      }
+    }
+  }
+  return items;
+}
+
+}  // namespace opf::detail::jit
