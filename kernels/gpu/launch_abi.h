@@ -1,0 +1,70 @@
+/* opforge GPU kernel argument and launch convention — shared by kernel.cu files (nvcc, NVRTC,
+ * hipcc, hiprtc) and the host launchers (core/cuda_backend.cpp, core/hip_backend.cpp).
+ *
+ * Why one convention: the host launcher is generic. It knows no op; it launches kernels by name
+ * with a grid computed from a plan that the module itself carries, so adding an op needs no host
+ * code (DESIGN.md principle 1) and tuning constants stay inside the kernel text (principle 6).
+ *
+ * Kernels. Every kernel takes exactly one argument, `opf_gpu_args` by value:
+ *     extern "C" __global__ void <op>_<entry>_<dtype>(opf_gpu_args a);      stage 0
+ *     extern "C" __global__ void <op>_<entry>_<dtype>_s<k>(opf_gpu_args a); stage k = 1, 2, ...
+ *   <dtype> is the storage dtype of the call's first tensor ("f32", "f16", "bf16").
+ *
+ * Plans. For each entry the module defines
+ *     extern "C" __constant__ opf_gpu_plan <op>_<entry>_plan;
+ *   The launcher reads it once per module (cuModuleGetGlobal / hipModuleGetGlobal), then launches
+ *   stage 0..nstages-1 in order on the call's stream; each stage sees every earlier stage's writes.
+ *   Stage k's grid: x = ceil(extent(grid_x_extent) / grid_x_div), y = grid_y, z = 1; block =
+ *   (block, 1, 1); dynamic shared memory = shared_bytes. A stage whose grid is empty is skipped.
+ *   Workspace: the launcher provides `workspace`, at least workspace_mult * extent(workspace_extent)
+ *   bytes of device memory (uninitialised; NULL when that is 0). It is reused between calls of the
+ *   same module, so calls of one module must be ordered (one stream, or synchronised).
+ *
+ * Arguments. ptr[i] = the call's tensor i in OpSpec::describe order (ref.cpp), rows/cols come from
+ * tensor 0: cols = its last dimension, rows = the product of the others; shape/ndim are its full
+ * shape for ops that need more; param[] = manifest `params` in manifest order.
+ *
+ * Plain C, no includes, fixed-width-free types: NVRTC and hiprtc compile this without host headers;
+ * `long long`, `double` and pointers have the same size and alignment on the host (LP64) and on
+ * both device ABIs, so the struct's layout is identical on both sides.
+ */
+#ifndef OPFORGE_GPU_LAUNCH_ABI_H
+#define OPFORGE_GPU_LAUNCH_ABI_H
+
+#define OPF_GPU_MAX_ARGS 12
+#define OPF_GPU_MAX_DIMS 6  /* = OPF_MAX_DIMS (abi.h) */
+#define OPF_GPU_MAX_PARAMS 4
+#define OPF_GPU_MAX_STAGES 4
+
+/* What a grid or workspace size scales with. */
+#define OPF_EXTENT_ONE 0
+#define OPF_EXTENT_ROWS 1
+#define OPF_EXTENT_COLS 2
+
+typedef struct opf_gpu_args {
+  void* ptr[OPF_GPU_MAX_ARGS];
+  void* workspace;
+  long long rows;
+  long long cols;
+  long long shape[OPF_GPU_MAX_DIMS];
+  double param[OPF_GPU_MAX_PARAMS];
+  int ndim;
+  int nargs;
+} opf_gpu_args;
+
+typedef struct opf_gpu_stage {
+  int grid_x_extent; /* OPF_EXTENT_* */
+  int grid_x_div;    /* >= 1 */
+  int grid_y;        /* >= 1 */
+  int block;         /* threads per block */
+  int shared_bytes;  /* dynamic shared memory per block */
+} opf_gpu_stage;
+
+typedef struct opf_gpu_plan {
+  int nstages;           /* 1..OPF_GPU_MAX_STAGES */
+  int workspace_extent;  /* OPF_EXTENT_* */
+  int workspace_mult;    /* workspace bytes = workspace_mult * extent */
+  opf_gpu_stage stage[OPF_GPU_MAX_STAGES];
+} opf_gpu_plan;
+
+#endif /* OPFORGE_GPU_LAUNCH_ABI_H */
