@@ -5,11 +5,16 @@
 //     mean = (1/cols) sum x,  var = (1/cols) sum (x - mean)^2   (population variance)
 //     rstd = 1 / sqrt(var + eps)   -- eps inside the sqrt
 //     y    = (x - mean) * rstd * gamma + beta                   (y: T; mean, rstd: f32 [rows])
+//     The affine part is computed in f32 and rounded once (torch semantics), not rounded to T
+//     before the gamma multiply as apex does.
 //   backward (dy, x, mean, rstd, gamma) -> (dx, dgamma, dbeta)
 //     xhat = (x - mean) * rstd
 //     dbeta_j  = sum_i dy_ij,  dgamma_j = sum_i dy_ij xhat_ij          (T [cols])
 //     dx_ij = (rstd_i / cols) * (cols*g_ij - sum_k g_ik - xhat_ij * sum_k g_ik xhat_ik),  g = gamma*dy
-//   mean and rstd passed to backward are the saved f32 forward statistics.
+//   mean and rstd passed to backward are the saved f32 forward statistics (the reference uses
+//   them as given, so the comparison measures the backward kernel alone).
+//   rows = 0 is valid (backward: dgamma = dbeta = 0).
+#include <algorithm>
 #include <cmath>
 
 #include "opforge/manifest.h"

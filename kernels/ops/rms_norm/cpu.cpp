@@ -1,43 +1,243 @@
-// rms_norm — CPU module (scalar placeholder; replaced by the SIMD version).
+// rms_norm — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
+// running CPU; the JIT builds only the host target (-march=native -DHWY_COMPILE_ONLY_STATIC).
+// One thread. Each row is read from memory once and revisited in L1/L2:
+//   forward: sum of squares (f16/bf16 rows widened into an f32 scratch row on the way), then y.
+//   backward: one pass for the row sum and the dgamma partials, one for dx. dgamma: f32 partials
+//            over OPF_TUNE_REDUCE_ROWS rows flushed into f64 totals (deterministic).
+// Arithmetic as written: no implicit a*b+c -> fma contraction (GCC's C++ default), so that
+// e.g. g*dy - sum(g*dy) is exactly 0 for a one-column row, and every target and the JIT build
+// round the same expressions. Explicit fused ops are hn::MulAdd. First line of the TU on purpose:
+// every function, Highway's included, must carry the same optimize options to stay inlinable.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#ifndef OPF_TUNE_REDUCE_ROWS
+#define OPF_TUNE_REDUCE_ROWS 32
+#endif
+
+#ifndef OPF_RMS_NORM_CPU_COMMON
+#define OPF_RMS_NORM_CPU_COMMON
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
-#include "opforge/dtype.h"
+#include "cpu/args.h"
+#include "cpu/storage.h"
 #include "opforge/module.h"
 
-namespace {
+namespace opf::rms_norm_cpu {
+struct Forward {
+  int32_t dtype;
+  int64_t rows, cols;
+  const void *x, *gamma;
+  void* y;
+  float* rstd;
+  float eps;
+};
+struct Backward {
+  int32_t dtype;
+  int64_t rows, cols;
+  const void *dy, *x, *gamma;
+  const float* rstd;
+  void *dx, *dgamma;
+};
+}  // namespace opf::rms_norm_cpu
+#endif  // OPF_RMS_NORM_CPU_COMMON
 
-template <class T> float load(const T* p, int64_t i);
-template <> float load(const float* p, int64_t i) { return p[i]; }
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/rms_norm/cpu.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
+#include "cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace opf::rms_norm_cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace opf::cpu::HWY_NAMESPACE;
+using opf::cpu::from_f32;
+using opf::cpu::to_f32;
+
+template <class S>
+void Widen(const S* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(LoadWiden(d, src + j), d, dst + j);
+  for (; j < n; ++j) dst[j] = to_f32(src[j]);
+}
+
+template <class S>
+void ForwardT(const Forward& a) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d), n = size_t(a.cols);
+  constexpr bool wide = std::is_same_v<S, float>;
+  auto scratch = hwy::AllocateAligned<float>(wide ? 1 : 2 * n);
+  const float* g = static_cast<const float*>(a.gamma);
+  if constexpr (!wide) {
+    Widen(static_cast<const S*>(a.gamma), scratch.get() + n, n);
+    g = scratch.get() + n;
+  }
+  const float inv_n = 1.0f / float(n);
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const S* x = static_cast<const S*>(a.x) + i * a.cols;
+    S* y = static_cast<S*>(a.y) + i * a.cols;
+    float* xw = scratch.get();
+    auto q0 = hn::Zero(d), q1 = hn::Zero(d);
+    size_t j = 0;
+    for (; j + 2 * N <= n; j += 2 * N) {
+      const auto v0 = LoadWiden(d, x + j), v1 = LoadWiden(d, x + j + N);
+      if constexpr (!wide) hn::StoreU(v0, d, xw + j), hn::StoreU(v1, d, xw + j + N);
+      q0 = hn::MulAdd(v0, v0, q0);
+      q1 = hn::MulAdd(v1, v1, q1);
+    }
+    for (; j + N <= n; j += N) {
+      const auto v = LoadWiden(d, x + j);
+      if constexpr (!wide) hn::StoreU(v, d, xw + j);
+      q0 = hn::MulAdd(v, v, q0);
+    }
+    float sq = SumLanes(d, hn::Add(q0, q1));
+    for (; j < n; ++j) {
+      const float v = to_f32(x[j]);
+      if constexpr (!wide) xw[j] = v;
+      sq += v * v;
+    }
+    const float r = 1.0f / std::sqrt(sq * inv_n + a.eps);
+
+    const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
+    const auto vr = hn::Set(d, r);
+    for (j = 0; j + N <= n; j += N)
+      StoreRound(d, hn::Mul(hn::Mul(hn::LoadU(d, xf + j), vr), hn::LoadU(d, g + j)), y + j);
+    for (; j < n; ++j) y[j] = from_f32<S>(xf[j] * r * g[j]);
+    a.rstd[i] = r;
+  }
+}
+
+template <class S>
+void BackwardT(const Backward& a) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d), n = size_t(a.cols);
+  constexpr bool wide = std::is_same_v<S, float>;
+  // f32 dgamma partials, gamma and (narrow dtypes) widened x, dy rows
+  auto scratch = hwy::AllocateAligned<float>((wide ? 2 : 4) * n);
+  float *pdg = scratch.get(), *g = pdg + n;
+  std::vector<double> tdg(n, 0.0);
+  std::memset(pdg, 0, n * sizeof(float));
+  Widen(static_cast<const S*>(a.gamma), g, n);
+  const float inv_n = 1.0f / float(n);
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const S* x = static_cast<const S*>(a.x) + i * a.cols;
+    const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
+    S* dx = static_cast<S*>(a.dx) + i * a.cols;
+    float* xw = wide ? nullptr : g + n;
+    float* dyw = wide ? nullptr : g + 2 * n;
+    const float r = a.rstd[i];
+    const auto vr = hn::Set(d, r);
+
+    auto sgx = hn::Zero(d);
+    size_t j = 0;
+    for (; j + N <= n; j += N) {
+      const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
+      if constexpr (!wide) hn::StoreU(xv, d, xw + j), hn::StoreU(dyv, d, dyw + j);
+      const auto xh = hn::Mul(xv, vr);
+      sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
+      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
+    }
+    float sum_gx = SumLanes(d, sgx);
+    for (; j < n; ++j) {
+      const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
+      if constexpr (!wide) xw[j] = xv, dyw[j] = dyv;
+      const float xh = xv * r;
+      sum_gx += g[j] * dyv * xh;
+      pdg[j] += dyv * xh;
+    }
+
+    // dx = r/n * (n*g*dy - xhat*sum_gx)
+    const float c2 = sum_gx * inv_n;
+    const auto vc2 = hn::Set(d, c2);
+    const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
+    const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
+    for (j = 0; j + N <= n; j += N) {
+      const auto xh = hn::Mul(hn::LoadU(d, xf + j), vr);
+      const auto gd = hn::Mul(hn::LoadU(d, g + j), hn::LoadU(d, dyf + j));
+      StoreRound(d, hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd)), dx + j);
+    }
+    for (; j < n; ++j) dx[j] = from_f32<S>(r * (g[j] * dyf[j] - xf[j] * r * c2));
+
+    if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
+      for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
+      std::memset(pdg, 0, n * sizeof(float));
+    }
+  }
+  S* dg = static_cast<S*>(a.dgamma);
+  for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(tdg[k]));
+}
+
+void RunForward(const Forward& a) {
+  opf::cpu::with_storage(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
+}
+void RunBackward(const Backward& a) {
+  opf::cpu::with_storage(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });
+}
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace opf::rms_norm_cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace opf::rms_norm_cpu {
+HWY_EXPORT(RunForward);
+HWY_EXPORT(RunBackward);
+HWY_EXPORT(TargetName);
+
+using namespace opf::cpu;
+
+// The Highway target dispatch picks on this CPU (JIT builds: the host target).
+const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+bool is_float_dtype(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
 int run(const opf_call* call, char* err, size_t len) {
   return opf::module::guarded(call, err, len, [](const opf_call* c) {
-    if (std::string_view(c->entry) != "forward") opf::module::fail("%sentry not implemented yet");
-    opf::module::expect_args(c, 6);
-    const auto& x = c->args[0];
-    const int64_t rows = x.shape[0], cols = x.shape[1];
-    const float eps = float(c->params[0]);
-    if (x.dtype != OPF_F32) opf::module::fail("%sdtype not implemented yet");
-    auto* xp = static_cast<const float*>(x.data);
-    auto* g = static_cast<const float*>(c->args[1].data);
-    auto* b = static_cast<const float*>(c->args[2].data);
-    auto* y = static_cast<float*>(c->args[3].data);
-    auto* mean = static_cast<float*>(c->args[4].data);
-    auto* rstd = static_cast<float*>(c->args[5].data);
-    for (int64_t i = 0; i < rows; ++i) {
-      float m = 0, v = 0;
-      for (int64_t j = 0; j < cols; ++j) m += xp[i * cols + j];
-      m /= float(cols);
-      for (int64_t j = 0; j < cols; ++j) v += (xp[i * cols + j] - m) * (xp[i * cols + j] - m);
-      v /= float(cols);
-      const float r = 1.0f / std::sqrt(v + eps);
-      for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = (xp[i * cols + j] - m) * r * g[j] + b[j];
-      mean[i] = m;
-      rstd[i] = r;
+    const std::string_view entry = c->entry ? c->entry : "";
+    expect_nparams(c, 1);
+    if (entry == "forward") {
+      expect_nargs(c, 4);
+      const opf_tensor& x = c->args[0];
+      if (x.ndim != 2 || !is_float_dtype(x.dtype))
+        failf("forward: argument 0 (x) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
+      const int64_t rows = x.shape[0], cols = x.shape[1];
+      const int32_t t = x.dtype;
+      Forward a{t, rows, cols, x.data,
+                expect_arg(c, 1, "gamma", t, {cols}).data,
+                expect_arg(c, 2, "y", t, {rows, cols}).data,
+                static_cast<float*>(expect_arg(c, 3, "rstd", OPF_F32, {rows}).data),
+                float(c->params[0])};
+      if (rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    } else if (entry == "backward") {
+      expect_nargs(c, 6);
+      const opf_tensor& dy = c->args[0];
+      if (dy.ndim != 2 || !is_float_dtype(dy.dtype))
+        failf("backward: argument 0 (dy) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
+      const int64_t rows = dy.shape[0], cols = dy.shape[1];
+      const int32_t t = dy.dtype;
+      Backward a{t, rows, cols, dy.data,
+                 expect_arg(c, 1, "x", t, {rows, cols}).data,
+                 expect_arg(c, 3, "gamma", t, {cols}).data,
+                 static_cast<const float*>(expect_arg(c, 2, "rstd", OPF_F32, {rows}).data),
+                 expect_arg(c, 4, "dx", t, {rows, cols}).data,
+                 expect_arg(c, 5, "dgamma", t, {cols}).data};
+      if (cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    } else {
+      failf("unknown entry '%.40s' (rms_norm has forward, backward)", c->entry ? c->entry : "");
     }
   });
 }
 
-}  // namespace
+}  // namespace opf::rms_norm_cpu
 
-OPF_DEFINE_MODULE("rms_norm", "cpu", "scalar", run)
+OPF_DEFINE_MODULE("rms_norm", "cpu", opf::rms_norm_cpu::isa(), opf::rms_norm_cpu::run)
+#endif  // HWY_ONCE

@@ -1,43 +1,196 @@
-// scaled_masked_softmax — CPU module (scalar placeholder; replaced by the SIMD version).
+// scaled_masked_softmax — CPU module (contract, incl. fully masked rows: ref.cpp). Highway SIMD:
+// prebuilt modules dispatch on the running CPU; the JIT builds only the host target.
+// One thread. Each row is read from memory once and revisited in L1/L2:
+//   forward: z = scale*x (or -10000 where masked) and its max into an f32 scratch row, then
+//            exp(z - max) and its sum in place, then y = e / sum. A fully masked row (no zero byte
+//            in its mask row) is written as zeros without computing anything.
+//   backward: dot = sum dy*y, then dx = scale*y*(dy - dot) over dy's buffer (in place: each
+//            element is read before it is overwritten, and only by its own lane).
+// Arithmetic as written: no implicit a*b+c -> fma contraction (GCC's C++ default), so that
+// e.g. g*dy - sum(g*dy) is exactly 0 for a one-column row, and every target and the JIT build
+// round the same expressions. Explicit fused ops are hn::MulAdd. First line of the TU on purpose:
+// every function, Highway's included, must carry the same optimize options to stay inlinable.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#ifndef OPF_SCALED_MASKED_SOFTMAX_CPU_COMMON
+#define OPF_SCALED_MASKED_SOFTMAX_CPU_COMMON
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
 
-#include "opforge/dtype.h"
+#include "cpu/args.h"
+#include "cpu/storage.h"
 #include "opforge/module.h"
 
-namespace {
+namespace opf::scaled_masked_softmax_cpu {
+constexpr float kMaskedScore = -10000.0f;  // apex's fill for masked scores
+struct Forward {
+  int32_t dtype;
+  int64_t batch, heads, sq, sk;
+  const void* x;
+  const uint8_t* mask;
+  void* y;
+  float scale;
+};
+struct Backward {
+  int32_t dtype;
+  int64_t rows, sk;
+  void* dy;  // in: dy, out: dx
+  const void* y;
+  float scale;
+};
+}  // namespace opf::scaled_masked_softmax_cpu
+#endif  // OPF_SCALED_MASKED_SOFTMAX_CPU_COMMON
 
-template <class T> float load(const T* p, int64_t i);
-template <> float load(const float* p, int64_t i) { return p[i]; }
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/scaled_masked_softmax/cpu.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace opf::scaled_masked_softmax_cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace opf::cpu::HWY_NAMESPACE;
+using opf::cpu::from_f32;
+using opf::cpu::to_f32;
+
+template <class S>
+void ForwardT(const Forward& a) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d), n = size_t(a.sk);
+  auto z = hwy::AllocateAligned<float>(n);
+  const auto vscale = hn::Set(d, a.scale), vmasked = hn::Set(d, kMaskedScore);
+  const int64_t rows = a.batch * a.heads * a.sq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t bi = r / (a.heads * a.sq), si = r % a.sq;
+    const uint8_t* m = a.mask + (bi * a.sq + si) * a.sk;
+    const S* x = static_cast<const S*>(a.x) + r * a.sk;
+    S* y = static_cast<S*>(a.y) + r * a.sk;
+    if (std::memchr(m, 0, n) == nullptr) {  // fully masked: all zeros (bit pattern 0 in every dtype)
+      std::memset(static_cast<void*>(y), 0, n * sizeof(S));
+      continue;
+    }
+    auto vmax = hn::Set(d, -hwy::HighestValue<float>());
+    size_t j = 0;
+    for (; j + N <= n; j += N) {
+      const auto v = hn::IfThenElse(LoadMaskU8(d, m + j), vmasked, hn::Mul(LoadWiden(d, x + j), vscale));
+      hn::Store(v, d, z.get() + j);
+      vmax = hn::Max(vmax, v);
+    }
+    float mx = MaxLanes(d, vmax);
+    for (; j < n; ++j) {
+      z[j] = m[j] ? kMaskedScore : to_f32(x[j]) * a.scale;
+      mx = std::max(mx, z[j]);
+    }
+
+    const auto vmx = hn::Set(d, mx);
+    auto s0 = hn::Zero(d);
+    for (j = 0; j + N <= n; j += N) {
+      const auto e = hn::Exp(d, hn::Sub(hn::Load(d, z.get() + j), vmx));
+      hn::Store(e, d, z.get() + j);
+      s0 = hn::Add(s0, e);
+    }
+    float sum = SumLanes(d, s0);
+    for (; j < n; ++j) sum += (z[j] = std::exp(z[j] - mx));
+
+    const float inv = 1.0f / sum;
+    const auto vinv = hn::Set(d, inv);
+    for (j = 0; j + N <= n; j += N) StoreRound(d, hn::Mul(hn::Load(d, z.get() + j), vinv), y + j);
+    for (; j < n; ++j) y[j] = from_f32<S>(z[j] * inv);
+  }
+}
+
+template <class S>
+void BackwardT(const Backward& a) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d), n = size_t(a.sk);
+  const auto vscale = hn::Set(d, a.scale);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    S* dy = static_cast<S*>(a.dy) + r * a.sk;
+    const S* y = static_cast<const S*>(a.y) + r * a.sk;
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+    size_t j = 0;
+    for (; j + 2 * N <= n; j += 2 * N) {
+      s0 = hn::MulAdd(LoadWiden(d, dy + j), LoadWiden(d, y + j), s0);
+      s1 = hn::MulAdd(LoadWiden(d, dy + j + N), LoadWiden(d, y + j + N), s1);
+    }
+    for (; j + N <= n; j += N) s0 = hn::MulAdd(LoadWiden(d, dy + j), LoadWiden(d, y + j), s0);
+    float dot = SumLanes(d, hn::Add(s0, s1));
+    for (; j < n; ++j) dot += to_f32(dy[j]) * to_f32(y[j]);
+
+    const auto vdot = hn::Set(d, dot);
+    for (j = 0; j + N <= n; j += N) {
+      const auto yv = LoadWiden(d, y + j);
+      StoreRound(d, hn::Mul(hn::Mul(vscale, yv), hn::Sub(LoadWiden(d, dy + j), vdot)), dy + j);
+    }
+    for (; j < n; ++j) dy[j] = from_f32<S>(a.scale * to_f32(y[j]) * (to_f32(dy[j]) - dot));
+  }
+}
+
+void RunForward(const Forward& a) {
+  opf::cpu::with_storage(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
+}
+void RunBackward(const Backward& a) {
+  opf::cpu::with_storage(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });
+}
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace opf::scaled_masked_softmax_cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace opf::scaled_masked_softmax_cpu {
+HWY_EXPORT(RunForward);
+HWY_EXPORT(RunBackward);
+HWY_EXPORT(TargetName);
+
+using namespace opf::cpu;
+
+// The Highway target dispatch picks on this CPU (JIT builds: the host target).
+const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+bool is_float_dtype(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
 int run(const opf_call* call, char* err, size_t len) {
   return opf::module::guarded(call, err, len, [](const opf_call* c) {
-    if (std::string_view(c->entry) != "forward") opf::module::fail("%sentry not implemented yet");
-    opf::module::expect_args(c, 6);
-    const auto& x = c->args[0];
-    const int64_t rows = x.shape[0], cols = x.shape[1];
-    const float eps = float(c->params[0]);
-    if (x.dtype != OPF_F32) opf::module::fail("%sdtype not implemented yet");
-    auto* xp = static_cast<const float*>(x.data);
-    auto* g = static_cast<const float*>(c->args[1].data);
-    auto* b = static_cast<const float*>(c->args[2].data);
-    auto* y = static_cast<float*>(c->args[3].data);
-    auto* mean = static_cast<float*>(c->args[4].data);
-    auto* rstd = static_cast<float*>(c->args[5].data);
-    for (int64_t i = 0; i < rows; ++i) {
-      float m = 0, v = 0;
-      for (int64_t j = 0; j < cols; ++j) m += xp[i * cols + j];
-      m /= float(cols);
-      for (int64_t j = 0; j < cols; ++j) v += (xp[i * cols + j] - m) * (xp[i * cols + j] - m);
-      v /= float(cols);
-      const float r = 1.0f / std::sqrt(v + eps);
-      for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = (xp[i * cols + j] - m) * r * g[j] + b[j];
-      mean[i] = m;
-      rstd[i] = r;
+    const std::string_view entry = c->entry ? c->entry : "";
+    expect_nparams(c, 1);
+    const float scale = float(c->params[0]);
+    if (entry == "forward") {
+      expect_nargs(c, 3);
+      const opf_tensor& x = c->args[0];
+      if (x.ndim != 4 || !is_float_dtype(x.dtype))
+        failf("forward: argument 0 (x) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
+      const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
+      Forward a{x.dtype, b, np, sq, sk, x.data,
+                static_cast<const uint8_t*>(expect_arg(c, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
+                expect_arg(c, 2, "y", x.dtype, {b, np, sq, sk}).data, scale};
+      if (sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    } else if (entry == "backward") {
+      expect_nargs(c, 2);
+      const opf_tensor& dy = c->args[0];
+      if (dy.ndim != 4 || !is_float_dtype(dy.dtype))
+        failf("backward: argument 0 (dy) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
+      const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
+      Backward a{dy.dtype, b * np * sq, sk, dy.data,
+                 expect_arg(c, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
+      if (sk > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    } else {
+      failf("unknown entry '%.40s' (scaled_masked_softmax has forward, backward)",
+            c->entry ? c->entry : "");
     }
   });
 }
 
-}  // namespace
+}  // namespace opf::scaled_masked_softmax_cpu
 
-OPF_DEFINE_MODULE("scaled_masked_softmax", "cpu", "scalar", run)
+OPF_DEFINE_MODULE("scaled_masked_softmax", "cpu", opf::scaled_masked_softmax_cpu::isa(),
+                  opf::scaled_masked_softmax_cpu::run)
+#endif  // HWY_ONCE

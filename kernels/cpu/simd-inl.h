@@ -1,0 +1,144 @@
+// Per-target SIMD helpers for CPU op modules (Highway): f32/f16/bf16 storage <-> f32 vectors and
+// lane reductions. Re-included once per Highway target by foreach_target.h, so include it after
+// "hwy/highway.h" from a file that uses HWY_TARGET_INCLUDE (or with HWY_COMPILE_ONLY_STATIC).
+//
+// Why not plain hn::DemoteTo: Highway 1.0.3 truncates f32 -> bf16 on every target, and f32 -> f16
+// on targets without F16C (SSSE3/SSE4/EMU128), and its f16 -> f32 emulation mishandles inf/NaN.
+// Stores here round to nearest even, bit-identical to opf::f32_to_f16 / f32_to_bf16 (NaN stays NaN).
+#if defined(OPF_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef OPF_CPU_SIMD_INL_H_
+#undef OPF_CPU_SIMD_INL_H_
+#else
+#define OPF_CPU_SIMD_INL_H_
+#endif
+
+#include <cstddef>
+
+#include "cpu/storage.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace opf::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#undef OPF_HWY_NATIVE_F16
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)) || HWY_ARCH_ARM
+#define OPF_HWY_NATIVE_F16 1  // hardware conversions, round to nearest even
+#else
+#define OPF_HWY_NATIVE_F16 0
+#endif
+
+// ---------------------------------------------------------------- loads (widen to f32)
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWiden(D d, const float* HWY_RESTRICT p) {
+  return hn::LoadU(d, p);
+}
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWiden(D d, const bf16_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::RebindToUnsigned<D> du32;
+  const auto bits = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  return hn::BitCast(d, hn::ShiftLeft<16>(bits));
+}
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWiden(D d, const f16_t* HWY_RESTRICT p) {
+#if OPF_HWY_NATIVE_F16
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+  // Exponent rebias; inf/NaN get the rest of the bias; subnormals renormalise through an f32
+  // subtraction (exact).
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::RebindToUnsigned<D> du;
+  const auto h = hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  const auto shifted_exp = hn::Set(du, 0x7c00u << 13);
+  auto o = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7fffu)));
+  const auto exp = hn::And(o, shifted_exp);
+  o = hn::Add(o, hn::Set(du, (127u - 15u) << 23));
+  const auto inf_nan = hn::Add(o, hn::Set(du, (128u - 16u) << 23));
+  const auto sub = hn::BitCast(du, hn::Sub(hn::BitCast(d, hn::Add(o, hn::Set(du, 1u << 23))),
+                                           hn::BitCast(d, hn::Set(du, 113u << 23))));
+  o = hn::IfThenElse(hn::Eq(exp, shifted_exp), inf_nan, o);
+  o = hn::IfThenElse(hn::Eq(exp, hn::Zero(du)), sub, o);
+  o = hn::Or(o, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))));
+  return hn::BitCast(d, o);
+#endif
+}
+
+// ---------------------------------------------------------------- stores (round to nearest even)
+template <class D>
+HWY_INLINE void StoreRound(D d, hn::Vec<D> v, float* HWY_RESTRICT p) {
+  hn::StoreU(v, d, p);
+}
+
+template <class D>
+HWY_INLINE void StoreRound(D d, hn::Vec<D> v, bf16_t* HWY_RESTRICT p) {
+  (void)d;
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> du16;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), lsb));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), quiet_nan, rounded);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, reinterpret_cast<uint16_t*>(p));
+}
+
+template <class D>
+HWY_INLINE void StoreRound(D d, hn::Vec<D> v, f16_t* HWY_RESTRICT p) {
+  (void)d;
+#if OPF_HWY_NATIVE_F16
+  const hn::Rebind<hwy::float16_t, D> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+#else
+  // Round to nearest even in integer arithmetic; subnormals by an f32 addition that lets the FPU
+  // round (F. Giesen's float_to_half_fast3_rtne). Values above f16 max become inf, NaN -> 0x7e00.
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> du16;
+  const auto bits = hn::BitCast(du, v);
+  const auto sign = hn::And(bits, hn::Set(du, 0x80000000u));
+  const auto mag = hn::Xor(bits, sign);
+  const auto imag = hn::BitCast(di, mag);  // < 2^31: signed compares are safe
+  const auto denorm_magic = hn::Set(du, ((127u - 15u) + (23u - 10u) + 1u) << 23);
+  const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, 0x7f800000))),
+                                  hn::Set(du, 0x7e00u),
+                                  hn::Set(du, 0x7c00u));
+  const auto small = hn::Sub(
+      hn::BitCast(du, hn::Add(hn::BitCast(d, mag), hn::BitCast(d, denorm_magic))), denorm_magic);
+  const auto odd = hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 1u));
+  const auto normal = hn::ShiftRight<13>(
+      hn::Add(hn::Add(mag, hn::Set(du, ((15u - 127u) << 23) + 0xfffu)), odd));
+  auto o = hn::IfThenElse(hn::RebindMask(du, hn::Lt(imag, hn::Set(di, int32_t(113u << 23)))),
+                          small, normal);
+  o = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, int32_t(143u << 23) - 1))), big, o);
+  o = hn::Or(o, hn::ShiftRight<16>(sign));
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, o)), du16, reinterpret_cast<uint16_t*>(p));
+#endif
+}
+
+// ---------------------------------------------------------------- reductions
+template <class D>
+HWY_INLINE float SumLanes(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+template <class D>
+HWY_INLINE float MaxLanes(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+// Masked-out lanes for a u8 mask row (nonzero = masked): one f32 mask per vector.
+template <class D>
+HWY_INLINE hn::Mask<D> LoadMaskU8(D d, const uint8_t* HWY_RESTRICT m) {
+  const hn::Rebind<uint8_t, D> du8;
+  const hn::RebindToUnsigned<D> du;
+  return hn::RebindMask(d, hn::Ne(hn::PromoteTo(du, hn::LoadU(du8, m)), hn::Zero(du)));
+}
+
+}  // namespace opf::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // OPF_CPU_SIMD_INL_H_
