@@ -1,0 +1,161 @@
+#include "host_et_index.h"
+
+#include <simdjson.h>
+
+#include <unordered_map>
+
+#include "input_error.h"
+
+namespace opf::chakra {
+
+namespace od = simdjson::ondemand;
+namespace dom = simdjson::dom;
+
+namespace {
+
+std::string problem_of(simdjson::error_code e) {
+  switch (e) {
+    case simdjson::NUMBER_OUT_OF_RANGE: return "integer does not fit in 64 bits";
+    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT:
+    case simdjson::TAPE_ERROR: return "truncated or malformed JSON (" + std::string(simdjson::error_message(e)) + ")";
+    default: return std::string("invalid JSON: ") + simdjson::error_message(e);
+  }
+}
+
+// Raw text of any value (simdjson 3.0 has raw_json() on objects and arrays only).
+simdjson::error_code raw_value(od::value v, std::string_view& raw) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::object) {
+    od::object o;
+    if (auto e = v.get_object().get(o)) return e;
+    return o.raw_json().get(raw);
+  }
+  if (t == od::json_type::array) {
+    od::array a;
+    if (auto e = v.get_array().get(a)) return e;
+    return a.raw_json().get(raw);
+  }
+  raw = v.raw_json_token();
+  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
+    raw.remove_suffix(1);
+  return simdjson::SUCCESS;
+}
+
+bool get_int(dom::element v, int64_t& out) {
+  if (v.is_int64()) {
+    out = int64_t(v);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+HostEtIndex index_host_et(const std::string& path) {
+  HostEtIndex h;
+  h.path = path;
+  h.text = read_padded(path);
+  if (h.text.length == 0) throw InputError(path, "", "empty file (expected a host execution trace JSON)");
+  const char* base = h.text.data();
+  od::parser parser;
+  od::document doc;
+  if (auto e = parser.iterate(base, h.text.length, h.text.buf.size()).get(doc))
+    throw InputError(path, "byte 0", problem_of(e));
+  auto where = [&]() -> std::string {
+    const char* p = nullptr;
+    if (doc.current_location().get(p)) return "";
+    return "byte " + std::to_string(p - base);
+  };
+  od::object root;
+  if (auto e = doc.get_object().get(root))
+    throw InputError(path, "byte 0", e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
+
+  dom::parser node_parser;
+  std::unordered_map<int64_t, uint32_t> ids;
+  bool saw_nodes = false;
+  for (auto fr : root) {
+    od::field f;
+    if (auto e = std::move(fr).get(f)) throw InputError(path, where(), problem_of(e));
+    std::string_view key;
+    if (auto e = f.unescaped_key().get(key)) throw InputError(path, where(), problem_of(e));
+    if (key != "nodes") {
+      std::string_view raw;
+      if (auto e = raw_value(f.value(), raw)) throw InputError(path, where(), problem_of(e));
+      if (key == "schema") {
+        auto r = node_parser.parse(raw.data(), raw.size(), false);
+        std::string_view s;
+        if (!r.error() && r.value().is_string()) s = std::string_view(r.value());
+        h.schema = std::string(s);
+      }
+      h.top_level.emplace_back(std::string(key), raw);
+      continue;
+    }
+    od::array arr;
+    if (auto e = f.value().get_array().get(arr)) {
+      if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "\"nodes\"", "is not an array");
+      throw InputError(path, where(), problem_of(e));
+    }
+    saw_nodes = true;
+    h.top_level.emplace_back("nodes", std::string_view());
+    for (auto nr : arr) {
+      const size_t k = h.nodes.size();
+      std::string at = where();
+      od::value nv;
+      if (auto e = std::move(nr).get(nv)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+      std::string_view raw;
+      od::object nobj;
+      if (auto e = nv.get_object().get(nobj)) {
+        if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "node #" + std::to_string(k) + " " + at, "node is not a JSON object");
+        throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+      }
+      if (auto e = nobj.raw_json().get(raw)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+      const std::string loc = "node #" + std::to_string(k) + " (byte " + std::to_string(raw.data() - base) + ")";
+      dom::element el;
+      if (auto e = node_parser.parse(raw.data(), raw.size(), false).get(el)) throw InputError(path, loc, problem_of(e));
+      dom::object obj;
+      if (el.get_object().get(obj)) throw InputError(path, loc, "node is not a JSON object");
+      HostNodeIndex n;
+      n.begin = uint64_t(raw.data() - base);
+      if (raw.size() > UINT32_MAX) throw InputError(path, loc, "node larger than 4 GiB");
+      n.length = uint32_t(raw.size());
+      bool has_id = false, has_ctrl = false;
+      for (auto fld : obj) {
+        const std::string_view fk = fld.key;
+        dom::element v = fld.value;
+        if (fk == "id") {
+          if (!get_int(v, n.id)) throw InputError(path, loc, "\"id\" is not a 64-bit integer");
+          has_id = true;
+        } else if (fk == "ctrl_deps" || (fk == "parent" && !has_ctrl)) {
+          if (fk == "ctrl_deps") has_ctrl = true;
+          n.flat_schema = fk == "parent";
+          if (v.is_null()) n.parent_kind = ParentKind::null;
+          else if (get_int(v, n.parent)) n.parent_kind = ParentKind::integer;
+          else n.parent_kind = ParentKind::other;
+        } else if (fk == "name") {
+          if (v.is_string()) n.name = h.pool.intern(std::string_view(v));
+        } else if (fk == "rf_id") {
+          if (get_int(v, n.rf_id)) n.has_rf_id = true;
+        } else if (fk == "attrs" && v.is_array()) {
+          for (auto a : dom::array(v)) {
+            std::string_view an;
+            if (a["name"].get(an) || an != "rf_id") continue;
+            dom::element av;
+            if (!a["value"].get(av) && get_int(av, n.rf_id)) n.has_rf_id = true;
+            break;
+          }
+        }
+      }
+      if (!has_id) throw InputError(path, loc, "node has no \"id\"");
+      auto [it, fresh] = ids.emplace(n.id, uint32_t(k));
+      if (!fresh)
+        throw InputError(path, loc, "duplicate node id " + std::to_string(n.id) + " (also node #" +
+                                        std::to_string(it->second) + ")");
+      h.nodes.push_back(n);
+    }
+  }
+  if (!saw_nodes) throw InputError(path, "", "no \"nodes\" array (not a host execution trace)");
+  return h;
+}
+
+}  // namespace opf::chakra
