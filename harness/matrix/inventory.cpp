@@ -1,0 +1,244 @@
+#include "matrix/inventory.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "matrix/files.h"
+#include "matrix/process.h"
+
+namespace opf::matrix {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Pair = std::pair<std::string, std::string>;  // op, backend
+
+std::set<std::string> resolved_backends(const std::string& build_dir) {
+  std::set<std::string> out;
+  std::string text;
+  if (!files::read_if_exists(build_dir + "/kernels/build_config.h", text)) return out;
+  static const std::regex re(R"(#define\s+OPF_HAVE_([A-Z0-9_]+)\s+1)");
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) {
+    std::string b = (*it)[1];
+    std::transform(b.begin(), b.end(), b.begin(), ::tolower);
+    out.insert(b);
+  }
+  return out;
+}
+
+bool introspect(const std::string& build_dir, const char* what, json::Value& out) {
+  std::string text;
+  if (!proc::capture({"meson", "introspect", build_dir, what}, text, "", 120)) return false;
+  out = json::parse(text, "meson introspect " + build_dir + " " + what);
+  return true;
+}
+
+// Environment the build's tests run with (OPFORGE_CACHE_DIR), read from meson introspect --tests.
+std::string tests_cache_dir(const std::string& build_dir) {
+  json::Value tests;
+  if (!introspect(build_dir, "--tests", tests)) return "";
+  for (const auto& t : tests.as_array())
+    if (t.get("env").has("OPFORGE_CACHE_DIR")) return t.get("env").str("OPFORGE_CACHE_DIR");
+  return "";
+}
+
+}  // namespace
+
+bool Inventory::failed() const {
+  for (const auto& c : checks)
+    if (c.status == "fail") return true;
+  return false;
+}
+
+json::Value Inventory::to_json() const {
+  json::Value v;
+  v.set("schema", "opforge.inventory/1");
+  int pass = 0, fail = 0, owed = 0;
+  json::Value a = json::Array{};
+  for (const auto& c : checks) {
+    (c.status == "pass" ? pass : c.status == "fail" ? fail : owed)++;
+    json::Value j;
+    j.set("what", c.what);
+    if (!c.op.empty()) j.set("op", c.op);
+    if (!c.backend.empty()) j.set("backend", c.backend);
+    j.set("status", c.status);
+    if (!c.detail.empty()) j.set("detail", c.detail);
+    a.push(j);
+  }
+  v.set("passed", pass);
+  v.set("failed", fail);
+  v.set("owed", owed);
+  v.set("checks", a);
+  v.set("probe", probe);
+  return v;
+}
+
+Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest) {
+  Inventory inv;
+  auto add = [&](std::string what, std::string op, std::string b, bool ok, std::string detail) {
+    inv.checks.push_back({std::move(what), std::move(op), std::move(b), ok ? "pass" : "fail", std::move(detail)});
+  };
+
+  // ---- what this build should have
+  json::Value opts;
+  if (!introspect(in.build_dir, "--buildoptions", opts)) {
+    add("expected-ops", "", "", false, "meson introspect --buildoptions failed on " + in.build_dir);
+    return inv;
+  }
+  std::map<std::string, std::string> value;
+  for (const auto& o : opts.as_array())
+    if (o.get("value").is_string()) value[o.str("name")] = o.str("value");
+  const std::string mode = value["mode"];
+  const bool prebuilt = mode == "prebuilt" || mode == "both";
+  auto backends = resolved_backends(in.build_dir);
+  std::set<Pair> expected;
+  std::set<std::string> expected_ops;
+  for (const auto& op : manifest.ops) {
+    if (value[op.name] == "disabled") continue;
+    for (const auto& b : op.backends)
+      if (backends.count(b)) expected.insert({op.name, b}), expected_ops.insert(op.name);
+  }
+  {
+    std::string list;
+    for (const auto& [op, b] : expected) list += (list.empty() ? "" : ", ") + op + "/" + b;
+    std::string bl;
+    for (const auto& b : backends) bl += (bl.empty() ? "" : ",") + b;
+    add("expected-ops", "", "", true, "mode=" + mode + " backends=" + bl + " -> " + (list.empty() ? "(none)" : list));
+  }
+
+  // ---- module targets and files
+  json::Value targets;
+  std::map<Pair, std::vector<std::string>> modules;  // files of module targets per op/backend
+  if (introspect(in.build_dir, "--targets", targets)) {
+    for (const auto& t : targets.as_array()) {
+      std::string name = t.str("name");
+      for (const auto& op : manifest.ops)
+        for (const auto& b : op.backends)
+          if (name == "opf_" + op.name + "_" + b || name == op.name + "_" + b)
+            for (const auto& f : t.get("filename").as_array()) modules[{op.name, b}].push_back(f.as_string());
+    }
+  } else {
+    add("module", "", "", false, "meson introspect --targets failed");
+  }
+  for (const auto& op : manifest.ops)
+    for (const auto& b : op.backends) {
+      Pair p{op.name, b};
+      auto it = modules.find(p);
+      bool has_target = it != modules.end();
+      bool files_present = has_target && std::all_of(it->second.begin(), it->second.end(), [](const std::string& f) { return files::exists(f); });
+      if (expected.count(p) && prebuilt) {
+        add("module", op.name, b, has_target && files_present,
+            has_target ? (files_present ? it->second.front() : "module target exists but its file is missing: " + it->second.front())
+                       : "prebuilt mode but no module target");
+      } else if (expected.count(p)) {
+        add("no-module", op.name, b, !has_target, has_target ? "jit mode but Meson builds " + it->second.front() : "not prebuilt (JIT at first use)");
+      } else if (has_target) {
+        add("disabled", op.name, b, false, "not enabled but Meson builds " + it->second.front());
+      }
+    }
+  // stray module files of ops that are not enabled (e.g. left by a bad rule)
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(in.build_dir + "/kernels", ec)) {
+    std::string f = e.path().filename().string();
+    for (const auto& op : manifest.ops)
+      for (const auto& b : op.backends) {
+        bool module_name = f == "opf_" + op.name + "_" + b + ".so" || f.rfind(op.name + "_" + b + ".", 0) == 0;
+        if (module_name && (!expected.count({op.name, b}) || !prebuilt) && !e.path().string().ends_with(".p"))
+          add("no-module", op.name, b, false, "unexpected module file " + e.path().string());
+      }
+  }
+
+  // ---- the cell's own listing
+  std::string opforge = in.build_dir + "/harness/opforge";
+  std::string cache = tests_cache_dir(in.build_dir);
+  std::string listing;
+  {
+    proc::Spec s{{opforge, "ops", "--json"}, in.source_dir, {}, "", 60};
+    if (!cache.empty()) s.env.push_back({"OPFORGE_CACHE_DIR", cache});
+    // capture() has no env: run through env(1)
+    std::vector<std::string> argv{"env"};
+    for (const auto& [k, v] : s.env) argv.push_back(k + "=" + v);
+    argv.insert(argv.end(), s.argv.begin(), s.argv.end());
+    if (!proc::capture(argv, listing, in.source_dir, 60)) listing.clear();
+  }
+  if (listing.empty()) {
+    add("listing", "", "", false, opforge + " ops --json failed");
+  } else {
+    auto doc = json::parse(listing, opforge + " ops --json");
+    std::set<Pair> listed;
+    std::map<Pair, json::Value> row;
+    for (const auto& r : doc.get("ops").as_array())
+      if (r.get("enabled").as_bool()) {
+        listed.insert({r.str("op"), r.str("backend")});
+        row[{r.str("op"), r.str("backend")}] = r;
+      }
+    for (const auto& p : expected)
+      add("listing", p.first, p.second, listed.count(p) > 0, listed.count(p) ? "listed as enabled" : "missing from opforge ops");
+    for (const auto& p : listed)
+      if (!expected.count(p)) add("listing", p.first, p.second, false, "listed as enabled but options say it is not");
+    for (const auto& op : manifest.ops)
+      if (!expected_ops.count(op.name)) {
+        bool present = false;
+        for (const auto& r : doc.get("ops").as_array()) present = present || r.str("op") == op.name;
+        add("disabled", op.name, "", !present, present ? "disabled op is listed" : "absent");
+      }
+    // jit: the tests' first use published a cache entry under the key this build computes
+    if (!prebuilt)
+      for (const auto& p : expected) {
+        const auto& r = row[p];
+        const auto& jc = r.get("jit_cache");
+        std::string dir = jc.str("dir");
+        bool present = jc.get("present").as_bool() && !dir.empty() && fs::is_directory(dir, ec);
+        bool layout = !dir.empty() && dir.find("/" + p.first + "/" + p.second + "/") != std::string::npos;
+        if (!r.get("compatible").as_bool() && !present) {
+          inv.checks.push_back({"jit-cache", p.first, p.second, "owed", "not built: " + r.str("reason")});
+        } else {
+          add("jit-cache", p.first, p.second, present && layout,
+              present ? (layout ? dir : "cache entry not under <cache>/<op>/<backend>/<key>/: " + dir) : "no cache entry after the tests (" + dir + ")");
+        }
+      }
+  }
+
+  // ---- every enabled op loads (the cell's own loader, fresh cache)
+  std::string probe_cache = in.work_dir + "/probe-cache";
+  fs::remove_all(probe_cache, ec);
+  std::string probe_out = in.work_dir + "/probe.json";
+  std::string probe_text;
+  bool ran = proc::capture({"env", "OPFORGE_CACHE_DIR=" + probe_cache, opforge, "matrix", "probe"}, probe_text, in.source_dir, in.timeout_s);
+  if (!ran) {
+    add("load", "", "", false, opforge + " matrix probe failed");
+  } else {
+    inv.probe = json::parse(probe_text, opforge + " matrix probe");
+    files::write_atomic(probe_out, json::dump(inv.probe));
+    std::set<Pair> probed;
+    for (const auto& l : inv.probe.get("loads").as_array()) {
+      Pair p{l.str("op"), l.str("backend")};
+      probed.insert(p);
+      std::string st = l.str("status");
+      if (st == "unavailable") {
+        inv.checks.push_back({"load", p.first, p.second, "owed", l.str("reason")});
+        continue;
+      }
+      std::string cold = l.get("cold").str("source"), warm = l.get("warm").str("source");
+      bool ok = st == "loaded" && (prebuilt ? cold == "prebuilt" : (cold == "jit-compiled" && warm == "jit-cache"));
+      char t[96];
+      std::snprintf(t, sizeof t, " (%.3f s cold, %.6f s warm)", l.get("cold").num("seconds"), l.get("warm").num("seconds"));
+      add("load", p.first, p.second, ok, st == "loaded" ? cold + " then " + warm + t : l.str("reason"));
+    }
+    for (const auto& p : expected)
+      if (!probed.count(p)) add("load", p.first, p.second, false, "not loaded by the probe");
+  }
+  fs::remove_all(probe_cache, ec);
+
+  std::string log;
+  for (const auto& c : inv.checks)
+    log += c.status + "  " + c.what + " " + c.op + (c.backend.empty() ? "" : "/" + c.backend) + "  " + c.detail + "\n";
+  files::write_atomic(in.log_path, log);
+  return inv;
+}
+
+}  // namespace opf::matrix

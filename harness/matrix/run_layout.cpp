@@ -1,0 +1,66 @@
+#include "matrix/run_layout.h"
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+
+#include "matrix/files.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+namespace fs = std::filesystem;
+
+namespace {
+std::string fmt(const char* f) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, f, &tm);
+  return buf;
+}
+}  // namespace
+
+std::string utc_stamp() { return fmt("%Y%m%dT%H%M%SZ"); }
+std::string utc_iso() { return fmt("%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string resolve_run(const std::string& arg, const std::string& source_dir) {
+  std::error_code ec;
+  if (fs::is_directory(arg, ec)) return fs::absolute(arg).lexically_normal().string();
+  std::string under = source_dir + "/results/runs/" + arg;
+  if (fs::is_directory(under, ec)) return under;
+  throw Error(arg + ": no such run (neither a directory nor a name under " + source_dir + "/results/runs/)");
+}
+
+std::vector<std::string> cell_dirs(const std::string& run_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir + "/cells", ec))
+    if (e.is_directory()) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool cell_finished(const std::string& cell_dir) {
+  std::string text;
+  if (!files::read_if_exists(cell_dir + "/cell.json", text)) return false;
+  try {
+    auto s = json::parse(text, cell_dir + "/cell.json").str("status");
+    return s == "pass" || s == "fail";
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::vector<json::Value> finished_cells(const std::string& run_dir) {
+  std::vector<json::Value> out;
+  for (const auto& d : cell_dirs(run_dir))
+    if (cell_finished(d)) {
+      auto v = json::parse_file(d + "/cell.json");
+      v.set("dir", d);
+      out.push_back(std::move(v));
+    }
+  return out;
+}
+
+}  // namespace opf::matrix

@@ -1,0 +1,503 @@
+#include "matrix/runner.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "matrix/files.h"
+#include "matrix/hash.h"
+#include "matrix/inventory.h"
+#include "matrix/machine.h"
+#include "matrix/process.h"
+#include "matrix/progress.h"
+#include "matrix/run_layout.h"
+#include "matrix/test_results.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signals{0};
+
+void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) _exit(130);  // second Ctrl-C: leave now
+  g_stop = true;
+}
+
+struct StepRecord {
+  std::string name, status, detail, log;
+  double seconds = 0;
+};
+
+struct CellRun {
+  const PlanSource& ps;
+  const OpManifest& manifest;
+  const Cell& cell;
+  const RunOptions& opt;
+  Progress& progress;
+  int index = 0, slot = 0;
+  bool bench = false;
+  int build_jobs = 1;
+  std::string dir, build, logs;
+  std::vector<StepRecord> steps;
+  bool blocked = false;     // setup or compile failed: later steps cannot run
+  json::Value record;       // extra fields for cell.json
+
+  double timeout(const std::string& step) const {
+    if (opt.step_timeout > 0) return opt.step_timeout;
+    auto it = ps.plan.run.timeouts.find(step);
+    return it == ps.plan.run.timeouts.end() ? 1800 : it->second;
+  }
+
+  StepRecord& begin(const std::string& name) {
+    progress.step(slot, index, cell.name, name);
+    steps.push_back({name, "", "", "logs/" + name + ".log", 0});
+    return steps.back();
+  }
+
+  // Runs one process as (part of) a step; returns true on success.
+  bool exec(StepRecord& s, std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env,
+            const std::string& cwd, double timeout_s) {
+    proc::Spec spec{std::move(argv), cwd.empty() ? ps.source_dir : cwd, std::move(env), dir + "/" + s.log, timeout_s};
+    {
+      std::string cmd;
+      for (const auto& a : spec.argv) cmd += (cmd.empty() ? "$ " : " ") + a;
+      std::string prev;
+      files::read_if_exists(spec.log_path, prev);
+      files::write_atomic(spec.log_path, prev + cmd + "\n");
+    }
+    auto r = proc::run(spec, &g_stop);
+    s.seconds += r.seconds;
+    if (r.ok()) {
+      if (s.status.empty()) s.status = "pass";
+      return true;
+    }
+    s.status = r.interrupted ? "interrupted" : r.timed_out ? "timeout" : r.signal ? "crash" : "fail";
+    s.detail = r.describe();
+    return false;
+  }
+
+  void skip(const std::string& name, const std::string& why) {
+    steps.push_back({name, blocked ? "blocked" : "skip", why, "", 0});
+  }
+
+  bool stopped() const { return g_stop.load(); }
+};
+
+std::vector<std::pair<std::string, std::string>> env_of(const json::Value& obj) {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& [k, v] : obj.as_object()) env.emplace_back(k, v.as_string());
+  return env;
+}
+
+void step_setup(CellRun& c) {
+  auto& s = c.begin("setup");
+  std::error_code ec;
+  fs::remove_all(c.build, ec);  // a resumed cell starts clean
+  files::write_atomic(c.dir + "/native.ini", native_file(c.cell, c.ps.catalog));
+  if (!c.exec(s, {"meson", "setup", "--native-file", c.dir + "/native.ini", c.build, c.ps.source_dir}, {}, c.ps.source_dir,
+              c.timeout("setup")))
+    c.blocked = true;
+}
+
+void step_compile(CellRun& c) {
+  if (c.blocked) return c.skip("compile", "setup failed");
+  auto& s = c.begin("compile");
+  if (!c.exec(s, {"meson", "compile", "-C", c.build, "-j", std::to_string(c.build_jobs)}, {}, "", c.timeout("compile")))
+    c.blocked = true;
+}
+
+void step_test(CellRun& c) {
+  if (c.blocked) return c.skip("test", "build failed");
+  json::Value tests;
+  std::string text;
+  if (proc::capture({"meson", "introspect", c.build, "--tests"}, text, "", 120)) tests = json::parse(text, "meson introspect --tests");
+  if (tests.as_array().empty()) return c.skip("test", "no tests in this build");
+  auto& s = c.begin("test");
+  files::make_dirs(c.dir + "/gtest");
+  int procs = std::max(1, c.build_jobs);
+  c.exec(s, {"meson", "test", "-C", c.build, "--print-errorlogs", "--num-processes", std::to_string(procs)},
+         {{"GTEST_OUTPUT", "json:" + c.dir + "/gtest/"}}, "", c.timeout("test"));
+  for (const char* f : {"testlog.json", "testlog.junit.xml", "testlog.txt"}) {
+    std::string from = c.build + "/meson-logs/" + f;
+    if (files::exists(from)) files::copy_atomic(from, c.dir + "/meson/" + f);
+  }
+  std::vector<CaseResult> cases;
+  try {
+    cases = collect_cell_tests(c.dir);
+  } catch (const Error& e) {
+    s.status = "fail";
+    s.detail = e.what();
+  }
+  int pass = 0, fail = 0, skipped = 0;
+  json::Value debt = json::Array{};
+  for (const auto& k : cases) {
+    (k.result == "pass" ? pass : k.result == "fail" ? fail : skipped)++;
+    if (is_gpu_debt(k)) {
+      json::Value d;
+      d.set("test", k.key);
+      d.set("reason", k.message);
+      debt.push(d);
+    }
+  }
+  files::write_atomic(c.dir + "/tests.json", json::dump(cases_json(cases)));
+  json::Value sum;
+  sum.set("passed", pass);
+  sum.set("failed", fail);
+  sum.set("skipped", skipped);
+  c.record.set("tests", sum);
+  c.record.set("gpu_debt", debt);
+  if (s.status == "pass" && fail > 0) {
+    s.status = "fail";
+    s.detail = std::to_string(fail) + " failed";
+  }
+  if (s.detail.empty())
+    s.detail = std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " + std::to_string(skipped) + " skipped";
+}
+
+void step_inventory(CellRun& c) {
+  if (c.blocked) return c.skip("inventory", "build failed");
+  auto& s = c.begin("inventory");
+  auto t0 = std::chrono::steady_clock::now();
+  Inventory inv;
+  try {
+    inv = check_inventory({c.ps.source_dir, c.build, c.dir, c.dir + "/" + s.log, c.timeout("inventory")}, c.manifest);
+  } catch (const Error& e) {
+    inv.checks.push_back({"inventory", "", "", "fail", e.what()});
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  files::write_atomic(c.dir + "/inventory.json", json::dump(inv.to_json()));
+  int fails = 0, owed = 0;
+  std::string first;
+  for (const auto& k : inv.checks) {
+    if (k.status == "fail" && fails++ == 0) first = k.what + " " + k.op + "/" + k.backend + ": " + k.detail;
+    if (k.status == "owed") {
+      ++owed;
+      json::Value d;
+      d.set("test", "inventory:" + k.what + ":" + k.op + "/" + k.backend);
+      d.set("reason", k.detail);
+      json::Value debt = c.record.get("gpu_debt");
+      debt.push(d);
+      c.record.set("gpu_debt", debt);
+    }
+  }
+  s.status = fails ? "fail" : "pass";
+  s.detail = fails ? std::to_string(fails) + " mismatches, first: " + first
+                   : std::to_string(inv.checks.size() - size_t(owed)) + " checks passed" + (owed ? ", " + std::to_string(owed) + " owed" : "");
+  if (inv.probe.is_object()) c.record.set("probe", "probe.json");
+}
+
+void step_bench(CellRun& c) {
+  if (!c.bench) return c.skip("bench", "benchmarks not asked for");
+  if (c.blocked) return c.skip("bench", "build failed");
+  json::Value list;
+  std::string text;
+  if (proc::capture({"meson", "introspect", c.build, "--benchmarks"}, text, "", 120)) list = json::parse(text, "meson introspect --benchmarks");
+  if (list.as_array().empty()) return c.skip("bench", "no benchmarks in this build");
+  auto& s = c.begin("bench");
+  auto t0 = std::chrono::steady_clock::now();
+  json::Value outputs = json::Array{};
+  for (const auto& b : list.as_array()) {
+    double left = c.timeout("bench") - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (left <= 1) {
+      s.status = "timeout";
+      s.detail = "bench step out of time before " + b.str("name");
+      break;
+    }
+    std::string name = b.str("name");
+    for (auto& ch : name)
+      if (!isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    std::string out = c.dir + "/bench/" + name + ".json";
+    files::make_dirs(c.dir + "/bench");
+    std::vector<std::string> argv;
+    for (const auto& a : b.get("cmd").as_array()) argv.push_back(a.as_string());
+    argv.push_back("--benchmark_out=" + out + ".partial");
+    argv.push_back("--benchmark_out_format=json");
+    for (const auto& a : c.ps.plan.run.bench_args) argv.push_back(a);
+    std::string cwd = b.str("workdir");
+    if (c.exec(s, argv, env_of(b.get("env")), cwd.empty() ? c.build : cwd, left)) {
+      std::error_code ec;
+      fs::rename(out + ".partial", out, ec);  // the JSON is the benchmark's own, unchanged
+      outputs.push("bench/" + name + ".json");
+    } else {
+      break;
+    }
+    if (c.stopped()) break;
+  }
+  c.record.set("bench", outputs);
+  if (s.status == "pass") s.detail = std::to_string(outputs.as_array().size()) + " benchmark file(s)";
+}
+
+void step_chakra(CellRun& c) {
+  if (c.blocked) return c.skip("chakra", "build failed");
+  std::string opforge = c.build + "/harness/opforge";
+  std::string help;
+  if (!proc::capture({opforge, "chakra", "regress", "--help"}, help, c.ps.source_dir, 30))
+    return c.skip("chakra", "this build has no `opforge chakra regress`");
+  auto& s = c.begin("chakra");
+  files::make_dirs(c.dir + "/chakra");
+  std::string out = c.dir + "/chakra/regress.json";
+  std::vector<std::string> argv{opforge, "chakra", "regress"};
+  if (help.find("--json") != std::string::npos) argv.insert(argv.end(), {"--json", out + ".partial"});
+  else if (help.find("--out") != std::string::npos) argv.insert(argv.end(), {"--out", out + ".partial"});
+  bool ok = c.exec(s, argv, {}, c.ps.source_dir, c.timeout("chakra"));
+  std::error_code ec;
+  if (fs::exists(out + ".partial", ec)) fs::rename(out + ".partial", out, ec);
+  if (fs::exists(out, ec)) c.record.set("chakra", "chakra/regress.json");
+  if (ok) s.detail = "regression suite passed";
+}
+
+json::Value steps_json(const std::vector<StepRecord>& steps) {
+  json::Value a = json::Array{};
+  for (const auto& s : steps) {
+    json::Value j;
+    j.set("name", s.name);
+    j.set("status", s.status);
+    j.set("seconds", s.seconds);
+    if (!s.detail.empty()) j.set("detail", s.detail);
+    if (!s.log.empty()) j.set("log", s.log);
+    a.push(j);
+  }
+  return a;
+}
+
+json::Value options_json(const Options& o) {
+  json::Value v = json::Object{};
+  for (const auto& [k, lit] : o) v.set(k, lit);
+  return v;
+}
+
+// Runs one cell end to end and writes its cell.json last.
+std::string run_cell(CellRun& c) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string started = utc_iso();
+  std::error_code ec;
+  fs::remove(c.dir + "/cell.json", ec);
+  files::make_dirs(c.dir + "/logs");
+  c.record = json::Object{};
+  c.record.set("gpu_debt", json::Array{});
+  using StepFn = void (*)(CellRun&);
+  for (StepFn f : {step_setup, step_compile, step_test, step_inventory, step_bench, step_chakra}) {
+    if (c.stopped()) break;
+    f(c);
+  }
+  bool interrupted = c.stopped();
+  bool failed = false;
+  for (const auto& s : c.steps) failed = failed || (s.status != "pass" && s.status != "skip");
+  std::string status = interrupted ? "interrupted" : failed ? "fail" : "pass";
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  json::Value cell;
+  cell.set("schema", "opforge.cell/1");
+  cell.set("id", c.cell.id);
+  cell.set("name", c.cell.name);
+  cell.set("origin", c.cell.origin);
+  cell.set("options", options_json(c.cell.options));
+  cell.set("status", status);
+  cell.set("host", host_name());
+  cell.set("started_utc", started);
+  cell.set("finished_utc", utc_iso());
+  cell.set("seconds", secs);
+  cell.set("steps", steps_json(c.steps));
+  for (const auto& [k, v] : c.record.as_object()) cell.set(k, v);
+  files::write_atomic(c.dir + "/cell.json", json::dump(cell));
+  if (!c.opt.keep_builds && !interrupted) fs::remove_all(c.build, ec);
+
+  std::string line = std::string(status == "pass" ? "PASS" : status == "fail" ? "FAIL" : "STOP") + "  cell " +
+                     std::to_string(c.index) + " " + c.cell.name + " (" + c.cell.id + ") " + format_duration(secs) + ":";
+  for (const auto& s : c.steps) line += " " + s.name + "=" + s.status + "(" + format_duration(s.seconds) + ")";
+  c.progress.done(c.slot, line);
+  return status;
+}
+
+json::Value cells_json(const Plan& plan) {
+  json::Value a = json::Array{};
+  for (const auto& c : plan.cells) {
+    json::Value j;
+    j.set("id", c.id);
+    j.set("name", c.name);
+    j.set("origin", c.origin);
+    j.set("options", options_json(c.options));
+    a.push(j);
+  }
+  return a;
+}
+
+}  // namespace
+
+void request_stop() { g_stop = true; }
+
+RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
+  PlanSource ps = ps_in;
+  RunSummary sum;
+  std::string run_dir = opt.run_dir;
+  json::Value manifest;
+  if (opt.resume) {
+    ps.plan = Plan::from_json(json::parse_file(run_dir + "/plan.json"), run_dir + "/plan.json");
+    manifest = json::parse_file(run_dir + "/run.json");
+  } else {
+    if (run_dir.empty()) run_dir = ps.source_dir + "/results/runs/" + utc_stamp() + "-" + host_name();
+    if (files::exists(run_dir + "/run.json")) throw Error(run_dir + ": a run is already recorded here (use --resume)");
+    files::make_dirs(run_dir);
+  }
+  run_dir = fs::absolute(run_dir).lexically_normal().string();
+  sum.run_dir = run_dir;
+  auto manifest_ops = OpManifest::read(ps.source_dir + "/kernels/manifest.toml");
+
+  std::vector<const Cell*> todo;
+  for (const auto& c : ps.plan.cells) {
+    bool wanted = opt.cells.empty();
+    for (const auto& k : opt.cells) wanted = wanted || k == c.id || k == c.name;
+    if (wanted) todo.push_back(&c);
+  }
+  for (const auto& k : opt.cells)
+    if (!ps.plan.find(k)) throw Error("no cell '" + k + "' in " + ps.plan.matrix_path + " (see `opforge matrix plan`)");
+  sum.total = int(todo.size());
+
+  // ---- run manifest, written before any cell so an interrupted run still says what it was
+  if (!opt.resume) {
+    manifest.set("schema", "opforge.run/1");
+    manifest.set("run", fs::path(run_dir).filename().string());
+    manifest.set("created_utc", utc_iso());
+    manifest.set("source_dir", ps.source_dir);
+    manifest.set("git", git_state(ps.source_dir));
+    manifest.set("toolchain", toolchain_versions());
+    manifest.set("toolchain_identity", ps.plan.toolchain);
+    manifest.set("machine", machine_facts());
+    if (opt.measure_bandwidth) manifest.set("bandwidth", bandwidth_probe());
+    json::Value m;
+    m.set("file", ps.plan.matrix_path);
+    m.set("sha256", hash::sha256_hex(ps.plan.matrix_text));
+    m.set("cartesian_cells", ps.plan.cartesian);
+    m.set("planned_cells", int64_t(ps.plan.cells.size()));
+    manifest.set("matrix", m);
+    manifest.set("cells", cells_json(ps.plan));
+    files::write_atomic(run_dir + "/plan.json", json::dump(ps.plan.to_json()));
+  } else {
+    json::Value r = manifest.get("resumed_utc").is_array() ? manifest.get("resumed_utc") : json::Value(json::Array{});
+    r.push(utc_iso());
+    manifest.set("resumed_utc", r);
+  }
+  bool bench = opt.bench < 0 ? ps.plan.run.bench : opt.bench > 0;
+  json::Value settings;
+  settings.set("jobs", opt.jobs);
+  settings.set("bench", bench);
+  json::Value bargs = json::Array{};
+  for (const auto& a : ps.plan.run.bench_args) bargs.push(a);
+  settings.set("bench_args", bargs);
+  json::Value to = json::Object{};
+  for (const auto& [k, s] : ps.plan.run.timeouts) to.set(k, opt.step_timeout > 0 ? opt.step_timeout : s);
+  settings.set("timeouts", to);
+  manifest.set("settings", settings);
+  manifest.set("status", "running");
+  manifest.set("updated_utc", utc_iso());
+  files::write_atomic(run_dir + "/run.json", json::dump(manifest));
+
+  // ---- cells
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  g_stop = false;
+  g_signals = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<const Cell*> pending;
+  for (const auto* c : todo) {
+    if (opt.resume && cell_finished(run_dir + "/cells/" + c->id)) {
+      ++sum.skipped_finished;
+      std::fprintf(stderr, "done  %s (%s): finished in the interrupted run, kept\n", c->name.c_str(), c->id.c_str());
+    } else {
+      pending.push_back(c);
+    }
+  }
+  int jobs = std::max(1, opt.jobs);
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  Progress progress(int(todo.size()));
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  auto worker = [&](int slot) {
+    while (!g_stop) {
+      size_t k = next.fetch_add(1);
+      if (k >= pending.size()) break;
+      const Cell& cell = *pending[k];
+      int index = int(std::find(todo.begin(), todo.end(), &cell) - todo.begin()) + 1;
+      CellRun c{ps, manifest_ops, cell, opt, progress};
+      c.index = index;
+      c.slot = slot;
+      c.bench = bench;
+      c.build_jobs = std::max(1, cores / jobs);
+      c.dir = run_dir + "/cells/" + cell.id;
+      c.build = c.dir + "/build";
+      std::string st;
+      try {
+        st = run_cell(c);
+      } catch (const std::exception& e) {
+        // an unexpected harness error in one cell is recorded; the run goes on
+        json::Value cj;
+        cj.set("schema", "opforge.cell/1");
+        cj.set("id", cell.id);
+        cj.set("name", cell.name);
+        cj.set("options", options_json(cell.options));
+        cj.set("status", "fail");
+        cj.set("error", e.what());
+        cj.set("steps", steps_json(c.steps));
+        files::write_atomic(c.dir + "/cell.json", json::dump(cj));
+        progress.done(slot, "FAIL  cell " + cell.name + ": " + e.what());
+        st = "fail";
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      if (st == "pass") ++sum.passed;
+      else if (st == "fail") ++sum.failed;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker, j);
+  for (auto& t : threads) t.join();
+  progress.stop();
+  sum.interrupted = g_stop.load();
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  // ---- run-level records
+  json::Value debt;
+  debt.set("schema", "opforge.gpu-debt/1");
+  debt.set("commit", manifest.get("git").str("sha"));
+  json::Value items = json::Array{};
+  int passed = 0, failed = 0;
+  for (const auto& cell : finished_cells(run_dir)) {
+    (cell.str("status") == "pass" ? passed : failed)++;
+    for (const auto& d : cell.get("gpu_debt").as_array()) {
+      json::Value i;
+      i.set("cell_id", cell.str("id"));
+      i.set("cell", cell.str("name"));
+      i.set("test", d.str("test"));
+      i.set("reason", d.str("reason"));
+      i.set("commit", manifest.get("git").str("sha"));
+      items.push(i);
+    }
+  }
+  debt.set("items", items);
+  files::write_atomic(run_dir + "/gpu_debt.json", json::dump(debt));
+  json::Value s;
+  s.set("cells_planned", int64_t(ps.plan.cells.size()));
+  s.set("cells_finished", passed + failed);
+  s.set("passed", passed);
+  s.set("failed", failed);
+  s.set("gpu_debt", int64_t(items.as_array().size()));
+  manifest.set("summary", s);
+  manifest.set("status", sum.interrupted ? "interrupted" : passed + failed == int(ps.plan.cells.size()) ? "finished" : "partial");
+  manifest.set("updated_utc", utc_iso());
+  files::write_atomic(run_dir + "/run.json", json::dump(manifest));
+  return sum;
+}
+
+}  // namespace opf::matrix
