@@ -1,0 +1,178 @@
+// Performance suite: every op x enabled backend x dtype x entry x manifest `bench` shape is one
+// benchmark `<op>/<backend>/<dtype>/<entry>/<shape>`, registered at run time from op_table(),
+// plus the bandwidth probe (`probe/stream_triad/1thread`, registered first) and the manifest
+// peers (`peer/<lib>/<op>/<dtype>/<entry>/<shape>`, peers/).
+// Counters: bytes_per_second (CaseDesc::bytes: what an ideal kernel must move), FLOP/s
+// (CaseDesc::flops) and bw_frac = bytes_per_second / probe bandwidth.
+// Real time throughout (GPU kernels, threaded peers), hence the "/real_time" name suffix in JSON.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "bandwidth_probe.h"
+#include "bench_table.h"
+#include "case_data.h"
+#include "case_name.h"
+#include "opforge/build_info.h"
+#include "opforge/error.h"
+#include "opforge/loader.h"
+#include "peers/peer.h"
+#include "seed.h"
+#include "staged_case.h"
+
+namespace opf::suites {
+namespace {
+
+struct BenchCase {
+  const OpInfo* op;
+  const peers::Adapter* peer;  // null: our module on `backend`
+  std::string backend;
+  DType dtype;
+  std::string entry;
+  Shape shape;
+  std::string name;
+};
+
+// The case being measured. google-benchmark calls a benchmark function several times while it
+// settles the iteration count; drawing and staging a 100 MB case once per benchmark (and freeing
+// the previous one) keeps setup out of the timing and memory bounded.
+struct Prepared {
+  std::string name;
+  DrawnCase drawn;
+  std::unique_ptr<StagedCase> staged;
+  const opf_module_info* module = nullptr;
+  std::unique_ptr<peers::PeerRun> peer;
+  std::string error;
+};
+std::unique_ptr<Prepared> g_current;
+
+Prepared& prepare(const BenchCase& bc) {
+  if (g_current && g_current->name == bc.name) return *g_current;
+  g_current.reset();  // free the previous case first
+  auto p = std::make_unique<Prepared>();
+  p->name = bc.name;
+  try {
+    // Fixed data: timings should not depend on the run's seed.
+    p->drawn = draw_case(*bc.op, bc.entry, bc.dtype, bc.shape, Variant::random, fnv1a(bc.name), false);
+    if (!p->drawn.desc.unsupported.empty()) throw Error("case not supported: " + p->drawn.desc.unsupported);
+    const Params params = bc.op->default_params();
+    if (bc.peer) {
+      p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params}, p->drawn);
+      p->peer->run();  // warm-up: first touch of outputs, lazy init
+    } else {
+      Loader& loader = Loader::instance();
+      p->module = loader.load(*bc.op, bc.backend).info;
+      p->staged = std::make_unique<StagedCase>(loader.device(bc.backend), p->drawn, params);
+      p->staged->run(p->module, bc.entry);
+      p->staged->synchronize();
+    }
+  } catch (const std::exception& e) {
+    p->error = e.what();
+    p->staged.reset();
+    p->peer.reset();
+  }
+  g_current = std::move(p);
+  return *g_current;
+}
+
+void bench_case(benchmark::State& st, const BenchCase& bc) {
+  Prepared& p = prepare(bc);
+  if (!p.error.empty()) {
+    st.SkipWithError(p.error.c_str());
+    return;
+  }
+  const bool restore = p.staged && p.staged->has_inouts();
+  try {
+    for (auto _ : st) {
+      if (restore) {  // an inout kernel would otherwise feed on its own output
+        st.PauseTiming();
+        p.staged->restore_inouts();
+        st.ResumeTiming();
+      }
+      if (p.peer) {
+        p.peer->run();
+      } else {
+        p.staged->run(p.module, bc.entry);
+        p.staged->synchronize();
+      }
+    }
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+    return;
+  }
+  const CaseDesc& c = p.drawn.desc;
+  st.SetBytesProcessed(int64_t(c.bytes) * int64_t(st.iterations()));
+  st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["bw_frac"] = benchmark::Counter(c.bytes / probe_bandwidth(), benchmark::Counter::kIsIterationInvariantRate);
+  if (p.module && p.module->isa) st.SetLabel(p.module->isa);
+  if (bc.peer) st.SetLabel("threads=" + bc.peer->threads);
+}
+
+void add(BenchCase bc) {
+  const std::string name = bc.name;
+  benchmark::RegisterBenchmark(name.c_str(), [bc = std::move(bc)](benchmark::State& st) { bench_case(st, bc); })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+void register_cases() {
+  Loader& loader = Loader::instance();
+  for (const OpInfo& op : op_table()) {
+    for (const std::string& dt : op.dtypes) {
+      const DType dtype = *dtype_from_name(dt);
+      for (const std::string& entry : op.entries)
+        for (const Shape& shape : op.bench) {
+          for (const std::string& backend : op.enabled_backends) {
+            const std::string name = case_name(op.name, backend, dt, entry, shape);
+            if (const Availability av = loader.availability(backend); !av.ok) {
+              std::fprintf(stderr, "opforge bench: %s not run: backend %s not available here: %s\n", name.c_str(),
+                           backend.c_str(), av.reason.c_str());
+              continue;
+            }
+            add({&op, nullptr, backend, dtype, entry, shape, name});
+          }
+          for (const std::string& lib : op.peers) {
+            const std::string name = peer_case_name(lib, op.name, dt, entry, shape);
+            const peers::Adapter* a = peers::find_adapter(lib, op.name);
+            if (!a) {
+              std::fprintf(stderr, "opforge bench: %s not run: no adapter built (harness/suites/peers/%s_%s.cpp "
+                           "missing or its library not found at configure time)\n", name.c_str(), lib.c_str(), op.name.c_str());
+              continue;
+            }
+            const Params params = op.default_params();
+            if (std::string why = a->unsupported({entry, dtype, shape, params}); !why.empty()) {
+              std::fprintf(stderr, "opforge bench: %s not run: %s\n", name.c_str(), why.c_str());
+              continue;
+            }
+            add({&op, a, "", dtype, entry, shape, name});
+          }
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace opf::suites
+
+int main(int argc, char** argv) {
+  using namespace opf::suites;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  try {
+    benchmark::AddCustomContext("opforge_version", opf::build::version());
+    benchmark::AddCustomContext("opforge_mode", opf::build::mode());
+    benchmark::AddCustomContext("opforge_probe", "STREAM triad, 1 thread, 3 x 64 MiB; bw_frac = bytes_per_second / its mean rate");
+    register_bandwidth_probe();
+    register_cases();
+  } catch (const opf::Error& e) {
+    std::fprintf(stderr, "opforge bench: %s\n", e.what());
+    return 2;
+  }
+  TableReporter table;
+  benchmark::RunSpecifiedBenchmarks(&table);
+  table.print_table(stdout);
+  benchmark::Shutdown();
+  return 0;
+}

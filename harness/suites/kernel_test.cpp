@@ -1,0 +1,162 @@
+// Correctness suite: every op x enabled backend x dtype x entry x case shape of the registry is
+// one GoogleTest test named `kernel.<op>/<backend>/<dtype>/<entry>/<shape>` (the benchmark's name
+// with a suite prefix), registered at run time from op_table() — no per-op test code.
+// Each test runs every fill variant (case_data.h) against the float64 reference (tolerance.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "case_data.h"
+#include "case_name.h"
+#include "opforge/error.h"
+#include "opforge/loader.h"
+#include "seed.h"
+#include "staged_case.h"
+#include "tolerance.h"
+
+namespace opf::suites {
+namespace {
+
+uint64_t g_base_seed = 0;
+const char* g_argv0 = "opforge-kernel-tests";
+
+struct KernelCase {
+  const OpInfo* op;
+  std::string backend, dtype, entry;
+  Shape shape;
+  std::string name;  // <op>/<backend>/<dtype>/<entry>/<shape>
+};
+
+std::string repro(const KernelCase& c) {
+  return "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " opforge test --op " + c.op->name +
+         " --backend " + c.backend + " --dtype " + c.dtype + "   (or: OPFORGE_SEED=" +
+         std::to_string(g_base_seed) + " " + g_argv0 + " --gtest_filter='kernel." + c.name + "')";
+}
+
+// A reference value the storage dtype cannot hold: the variant is outside the op's domain for
+// this dtype (e.g. a large-magnitude f16 reduction), not a kernel error.
+std::string out_of_range(const DrawnCase& d) {
+  for (const RefArg& r : d.ref) {
+    if (r.desc->role == Role::in || !dtype_is_float(r.desc->dtype)) continue;
+    const double mx = dtype_max_finite(r.desc->dtype);
+    for (double v : r.v)
+      if (std::isfinite(v) && std::fabs(v) > mx)
+        return "reference '" + r.desc->name + "' reaches " + std::to_string(v) + ", beyond " +
+               std::string(dtype_name(r.desc->dtype));
+  }
+  return {};
+}
+
+class KernelTest : public ::testing::Test {
+ public:
+  explicit KernelTest(KernelCase c) : c_(std::move(c)) {}
+
+  void TestBody() override {
+    Loader& loader = Loader::instance();
+    const Availability av = loader.availability(c_.backend);
+    if (!av.ok) GTEST_SKIP() << "backend " << c_.backend << " not available here: " << av.reason;
+    const DType dtype = *dtype_from_name(c_.dtype);
+    const Params params = c_.op->default_params();
+    int ran = 0;
+    for (Variant v : all_variants()) {
+      const std::string vname(variant_name(v));
+      SCOPED_TRACE("variant " + vname);
+      const uint64_t seed = test_seed(g_base_seed, c_.name + "/" + vname);
+      DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, seed, true);
+      if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
+      if (auto why = out_of_range(d); !why.empty()) {
+        std::printf("  [variant %s not run: %s]\n", vname.c_str(), why.c_str());
+        continue;
+      }
+      const LoadedModule& m = loader.load(*c_.op, c_.backend);
+      StagedCase staged(loader.device(c_.backend), d, params);
+      try {
+        staged.run(m.info, c_.entry);
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what() << "\n" << repro(c_);
+        return;
+      }
+      staged.synchronize();
+      check(d, staged, v);
+      ++ran;
+    }
+    RecordProperty("base_seed", std::to_string(g_base_seed));
+    if (ran == 0) GTEST_SKIP() << "every fill variant exceeds the dtype's range for this case";
+  }
+
+ private:
+  void check(const DrawnCase& d, const StagedCase& staged, Variant v) {
+    const std::string vname(variant_name(v));
+    for (size_t i = 0; i < d.host.size(); ++i) {
+      const ArgDesc& a = *d.host[i].desc;
+      const std::vector<std::byte> got = staged.fetch(i);
+      if (a.role == Role::in) {
+        EXPECT_EQ(0, std::memcmp(got.data(), d.host[i].bytes.data(), got.size()))
+            << "kernel modified its input '" << a.name << "'\n" << repro(c_);
+        continue;
+      }
+      const double f = c_.op->spec->tolerance_factor ? c_.op->spec->tolerance_factor(c_.entry, a, a.dtype) : 1.0;
+      const Tolerance tol = tolerance_for(a, d.desc, d.kappa, d.ref[i].v, &d.sensitivity[i], f);
+      const Comparison cmp = compare(a, got.data(), d.ref[i].v, tol);
+      RecordProperty(vname + "." + a.name + ".worst_err_ratio", std::to_string(cmp.worst_ratio));
+      RecordProperty(vname + "." + a.name + ".nmse", std::to_string(cmp.nmse));
+      EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n  kappa " << d.kappa << ", reduce_len " << d.desc.reduce_len
+                          << ", seed " << test_seed(g_base_seed, c_.name + "/" + vname) << "\n" << repro(c_);
+    }
+    for (const std::string& name : staged.overrun_args())
+      ADD_FAILURE() << "kernel wrote past the end of argument '" << name << "'\n" << repro(c_);
+  }
+
+  KernelCase c_;
+};
+
+int register_tests() {
+  int n = 0;
+  for (const OpInfo& op : op_table())
+    for (const std::string& backend : op.enabled_backends)
+      for (const std::string& dtype : op.dtypes)
+        for (const std::string& entry : op.entries)
+          for (const Shape& shape : op.cases) {
+            KernelCase c{&op, backend, dtype, entry, shape, case_name(op.name, backend, dtype, entry, shape)};
+            const std::string name = c.name;
+            ::testing::RegisterTest("kernel", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                    [c = std::move(c)]() -> ::testing::Test* { return new KernelTest(c); });
+            ++n;
+          }
+  return n;
+}
+
+void print_loader_stats() {
+  const LoaderStats s = Loader::instance().stats();
+  std::printf("opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles, %d lock waits (cache %s)\n",
+              s.prebuilt_loads, s.cache_hits, s.compiles, s.lock_waits, cache_root().c_str());
+}
+
+}  // namespace
+}  // namespace opf::suites
+
+int main(int argc, char** argv) {
+  using namespace opf::suites;
+  ::testing::InitGoogleTest(&argc, argv);
+  g_argv0 = argv[0];
+  try {
+    bool from_env = false;
+    g_base_seed = base_seed_from_env(&from_env);
+    for (const opf::OpInfo& op : opf::op_table())
+      if (!op.spec) throw opf::Error("op '" + op.name + "' has no OpSpec (ref.cpp)");
+    const int n = register_tests();
+    std::printf("opforge kernel suite: %d cases, base seed %llu (%s; replay with OPFORGE_SEED=%llu)\n", n,
+                (unsigned long long)g_base_seed, from_env ? "from OPFORGE_SEED" : "fresh",
+                (unsigned long long)g_base_seed);
+  } catch (const opf::Error& e) {
+    std::fprintf(stderr, "opforge kernel suite: %s\n", e.what());
+    return 2;
+  }
+  const int rc = RUN_ALL_TESTS();
+  print_loader_stats();
+  std::printf("opforge kernel suite: base seed %llu\n", (unsigned long long)g_base_seed);
+  return rc;
+}

@@ -1,0 +1,50 @@
+// Peer libraries benchmarked beside our kernels, under `peer/<lib>/<op>/<dtype>/<entry>/<shape>`.
+// An op lists its peers in the manifest (`peers = ["onednn"]`); each (lib, op) pair is one adapter
+// file here (`<lib>_<op>.cpp`) that registers itself with OPF_PEER_ADAPTER. Meson compiles an
+// adapter only when its library is found, so a manifest peer without a built adapter is reported,
+// not an error.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../case_data.h"
+
+namespace opf::suites::peers {
+
+// One peer call set up for one case; run() does one complete call and waits for it.
+class PeerRun {
+ public:
+  virtual ~PeerRun() = default;
+  virtual void run() = 0;
+};
+
+struct PeerCase {
+  std::string_view entry;
+  DType dtype;
+  const Shape& shape;
+  const Params& params;
+};
+
+struct Adapter {
+  std::string lib, op;
+  std::string threads;  // how many threads the peer uses, for the report ("1")
+  // Empty when the peer computes this case; otherwise why not (cheap: no data touched).
+  std::string (*unsupported)(const PeerCase& c);
+  // Sets up the peer's buffers from the drawn case (our inputs, in our dtypes).
+  std::unique_ptr<PeerRun> (*make)(const PeerCase& c, const DrawnCase& drawn);
+};
+
+const std::vector<Adapter>& adapters();
+const Adapter* find_adapter(std::string_view lib, std::string_view op);
+
+struct Registration {
+  explicit Registration(Adapter a);
+};
+
+}  // namespace opf::suites::peers
+
+#define OPF_PEER_ADAPTER(ident, ...) \
+  static const ::opf::suites::peers::Registration opf_peer_registration_##ident{::opf::suites::peers::Adapter{__VA_ARGS__}}
