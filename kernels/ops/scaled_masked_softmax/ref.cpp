@@ -17,6 +17,9 @@
 //   param: scale.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "opforge/manifest.h"
 
@@ -47,7 +50,8 @@ CaseDesc describe(std::string_view entry, DType t, const Shape& s, const Params&
     c.args = {
         // scale * x spans [-5, 5] at the default scale: realistic attention logits
         {"x", Role::in, t, {b, np, sq, sk}, {Fill::uniform, -40.0, 40.0}},
-        {"mask", Role::in, DType::u8, {b, 1, sq, sk}, {Fill::mask, 0, 1, 0.25}},
+        // derived: prepare() draws it from x (p = fill.p) and plants the edge-case rows
+        {"mask", Role::in, DType::u8, {b, 1, sq, sk}, {Fill::mask, 0, 1, 0.25}, true},
         {"y", Role::out, t, {b, np, sq, sk}, {}},
     };
     c.bytes = 2 * n * e + double(b) * double(sq) * double(sk);
@@ -55,8 +59,8 @@ CaseDesc describe(std::string_view entry, DType t, const Shape& s, const Params&
   } else {
     c.args = {
         {"dy", Role::inout, t, {b, np, sq, sk}, {Fill::uniform, -1.0, 1.0}},
-        // drawn as logits; prepare() turns every row into a softmax output
-        {"y", Role::in, t, {b, np, sq, sk}, {Fill::uniform, -6.0, 2.0}},
+        // derived: prepare() draws logits in [lo, hi] from dy and stores their softmax
+        {"y", Role::in, t, {b, np, sq, sk}, {Fill::uniform, -6.0, 2.0}, true},
     };
     c.bytes = 3 * n * e;
     c.flops = 5 * n;
@@ -70,22 +74,41 @@ CaseDesc describe(std::string_view entry, DType t, const Shape& s, const Params&
 bool row_fully_masked(int64_t row) { return row % 5 == 1; }
 bool row_single_unmasked(int64_t row) { return row % 5 == 3; }
 
+// A uniform [0, 1) number determined by a drawn value and its position (splitmix64 of its bits):
+// prepare() has no generator of its own, so derived inputs inherit the case's seed through the
+// drawn values they are computed from.
+double uniform_from(double v, int64_t i) {
+  uint64_t z;
+  std::memcpy(&z, &v, sizeof z);
+  z += 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1p-53;
+}
+
 void prepare(std::string_view entry, std::vector<RefArg>& a, const Params&) {
   if (entry == "forward") {
+    // mask[b, 0, s, k] from x[b, 0, s, k]: masked with probability fill.p, plus the edge rows
+    const auto& x = a[0];
     auto& mask = a[1];
-    const int64_t rows = mask.desc->shape[0] * mask.desc->shape[2], sk = mask.desc->shape[3];
+    const int64_t np = x.desc->shape[1], sq = x.desc->shape[2], sk = x.desc->shape[3];
+    const int64_t rows = mask.desc->shape[0] * sq;
     for (int64_t r = 0; r < rows; ++r) {
+      const int64_t bi = r / sq, si = r % sq;
+      const double* xr = &x.v[((bi * np) * sq + si) * sk];
       double* m = &mask.v[r * sk];
-      if (row_fully_masked(r)) std::fill(m, m + sk, 1.0);
-      if (row_single_unmasked(r)) {
-        std::fill(m, m + sk, 1.0);
-        m[(r * 7) % sk] = 0.0;
-      }
+      for (int64_t k = 0; k < sk; ++k) m[k] = uniform_from(xr[k], r * sk + k) < mask.desc->fill.p ? 1.0 : 0.0;
+      if (row_fully_masked(r) || row_single_unmasked(r)) std::fill(m, m + sk, 1.0);
+      if (row_single_unmasked(r)) m[(r * 7) % sk] = 0.0;
     }
     return;
   }
-  // backward: y = softmax of the drawn logits (stored in T); fully-masked-like rows are zero
+  // backward: y = softmax of logits in [fill.lo, fill.hi] drawn from dy (stored in T); the rows
+  // a fully masked forward row would give are zero
+  const auto& dy = a[0];
   auto& y = a[1];
+  const double lo = y.desc->fill.lo, hi = y.desc->fill.hi;
   const int64_t sk = y.desc->shape[3], rows = int64_t(y.v.size()) / sk;
   for (int64_t r = 0; r < rows; ++r) {
     double* yr = &y.v[r * sk];
@@ -93,6 +116,7 @@ void prepare(std::string_view entry, std::vector<RefArg>& a, const Params&) {
       std::fill(yr, yr + sk, 0.0);
       continue;
     }
+    for (int64_t k = 0; k < sk; ++k) yr[k] = lo + (hi - lo) * uniform_from(dy.v[r * sk + k], r * sk + k);
     const double mx = *std::max_element(yr, yr + sk);
     double sum = 0;
     for (int64_t k = 0; k < sk; ++k) sum += (yr[k] = std::exp(yr[k] - mx));
