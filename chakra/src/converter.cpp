@@ -1,0 +1,495 @@
+#include "converter.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <unordered_map>
+
+#include "atomic_output.h"
+#include "et_graph.h"
+#include "et_stream.h"
+#include "host_et.h"
+#include "input_error.h"
+#include "proto/et_def.pb.h"
+#include "py_repr.h"
+#include "ref_log.h"
+#include "simulator.h"
+#include "validator.h"
+
+namespace opf::chakra {
+
+namespace {
+
+using ChakraProtoMsg::NodeType;
+
+constexpr std::string_view kThreadRootNames[] = {"[pytorch|profiler|execution_graph|thread]",
+                                                 "[pytorch|profiler|execution_trace|thread]"};
+constexpr uint32_t kNone = UINT32_MAX;
+
+bool contains(std::string_view s, std::string_view sub) { return s.find(sub) != std::string_view::npos; }
+bool is_thread_root(std::string_view name) { return name == kThreadRootNames[0] || name == kThreadRootNames[1]; }
+
+enum class JType : uint8_t { kCpu, kGpu, kMetadata };
+
+// converted node
+struct Out {
+  uint32_t src = 0;
+  NodeType type = ChakraProtoMsg::COMP_NODE;
+  int comm_type = -1;
+  bool has_ctrl = false;
+  bool removed = false;
+  bool comm_size_zero = false;   // default mode: unusable tensor layout
+  int64_t ctrl = 0;
+  std::string_view pg_name;
+  std::vector<int64_t> data_deps;
+};
+
+// comm_type from the kernel name (§3.4); -1 = not recognised
+int comm_type_of(std::string_view name, bool extended) {
+  std::string norm;
+  norm.reserve(name.size());
+  for (char c : name)
+    if (c != '_' && c != '-') norm.push_back(char(std::tolower(uint8_t(c))));
+  if (contains(norm, "allreduce")) return ChakraProtoMsg::ALL_REDUCE;
+  if (contains(norm, "alltoall")) return ChakraProtoMsg::ALL_TO_ALL;
+  if (contains(norm, "allgather")) return ChakraProtoMsg::ALL_GATHER;
+  if (contains(norm, "reducescatter")) return ChakraProtoMsg::REDUCE_SCATTER;
+  if (contains(norm, "broadcast")) return ChakraProtoMsg::BROADCAST;
+  if (contains(name, "ncclDevKernel_SendRecv")) return ChakraProtoMsg::ALL_TO_ALL;
+  if (extended) {   // default mode: the NCCL kernels the reference aborts on
+    if (contains(norm, "reduce")) return ChakraProtoMsg::REDUCE;
+    if (contains(norm, "gather")) return ChakraProtoMsg::GATHER;
+    if (contains(norm, "scatter")) return ChakraProtoMsg::SCATTER;
+    if (contains(norm, "barrier")) return ChakraProtoMsg::BARRIER;
+  }
+  return -1;
+}
+
+class Converter {
+ public:
+  Converter(const std::string& in, const std::string& out, const ConvertOptions& opt)
+      : in_(in), out_path_(out), opt_(opt), log_(opt.log_path) {}
+
+  ConvertStats run();
+
+ private:
+  [[noreturn]] void fail_node(const HostNode& n, const std::string& problem) const {
+    throw InputError(in_, "byte " + std::to_string(n.offset) + " (node " + std::to_string(n.id) + " '" +
+                              std::string(n.name) + "')",
+                     problem);
+  }
+  void warn(const std::string& msg) {
+    ++stats_.warnings;
+    if (log_.enabled()) log_.warning(msg);
+    if (opt_.warn) opt_.warn(msg);
+    else std::fprintf(stderr, "opforge chakra: warning: %s\n", msg.c_str());
+  }
+  uint32_t find(int64_t id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? kNone : it->second;
+  }
+  void convert_node(uint32_t i);
+  void encode_deps();
+  void write(const std::vector<uint32_t>& final_order);
+
+  const std::string& in_;
+  const std::string& out_path_;
+  const ConvertOptions& opt_;
+  RefLog log_;
+  HostTrace tr_;
+  ConvertStats stats_;
+  std::unordered_map<int64_t, uint32_t> index_;
+  std::vector<JType> jtype_;
+  std::vector<uint32_t> child_begin_, child_list_;       // JSON children (all), sorted by id descending
+  std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;   // GPU children in JSON order
+  std::vector<uint32_t> out_pos_;                        // host index -> position in outs_ (kNone)
+  std::vector<Out> outs_;                                // output map, insertion order
+};
+
+void Converter::convert_node(uint32_t i) {
+  if (out_pos_[i] != kNone) return;   // (only a METADATA-named GPU op could come twice)
+  const HostNode& n = tr_.nodes[i];
+  if (log_.enabled()) log_.debug("Converting JSON node ID " + std::to_string(n.id) + " to protobuf node.");
+  Out o;
+  o.src = i;
+  if (n.has_parent) {
+    uint32_t p = find(n.parent);
+    if (p != kNone && out_pos_[p] != kNone) o.has_ctrl = true, o.ctrl = n.parent;
+  }
+  if (n.duration_negative) fail_node(n, "negative exclusive_dur (duration_micros is unsigned)");
+  for (int a = 0; a < kIntAttrCount; ++a)
+    if (!(n.attr_present & (1u << a))) fail_node(n, std::string("missing attribute '") + kIntAttrNames[a] + "'");
+  if (!(n.attr_present & (1u << kIntAttrCount))) fail_node(n, "missing attribute 'op_schema'");
+  o.pg_name = n.pg_name;
+  const JType jt = jtype_[i];
+  if (jt == JType::kMetadata) {
+    o.type = ChakraProtoMsg::METADATA_NODE;
+  } else if (jt == JType::kGpu) {
+    bool decided = false;
+    if (contains(n.name, "ncclDevKernel_SendRecv")) {
+      uint32_t p = n.has_parent ? find(n.parent) : kNone;
+      if (p == kNone) fail_node(n, "ncclDevKernel_SendRecv kernel without a parent CPU op");
+      const HostNode& pn = tr_.nodes[p];
+      std::string_view keyword = pn.name;
+      if (pn.name == "record_param_comms") {
+        uint32_t pp = pn.has_parent ? find(pn.parent) : kNone;
+        if (pp == kNone) fail_node(n, "record_param_comms parent of a SendRecv kernel has no parent");
+        keyword = tr_.nodes[pp].name;
+        if (!pn.pg_name.empty()) o.pg_name = pn.pg_name;
+      }
+      if (contains(keyword, "send")) o.type = ChakraProtoMsg::COMM_SEND_NODE, decided = true;
+      else if (contains(keyword, "recv")) o.type = ChakraProtoMsg::COMM_RECV_NODE, decided = true;
+      else if (contains(keyword, "nccl:all_to_all")) o.type = ChakraProtoMsg::COMM_COLL_NODE, decided = true;
+    }
+    if (!decided)
+      o.type = (contains(n.name, "ncclKernel") || contains(n.name, "ncclDevKernel")) ? ChakraProtoMsg::COMM_COLL_NODE
+                                                                                     : ChakraProtoMsg::COMP_NODE;
+    if (o.type == ChakraProtoMsg::COMM_COLL_NODE) {
+      o.comm_type = comm_type_of(n.name, !opt_.compat_reference);
+      if (o.comm_type < 0) {
+        if (opt_.compat_reference)
+          fail_node(n, "the name does not correspond to a recognized collective communication type "
+                       "(the reference converter aborts here; the default mode keeps the node)");
+        warn(in_ + ": node " + std::to_string(n.id) + " '" + std::string(n.name) +
+             "': unknown NCCL collective; kept as COMM_COLL_NODE without comm_type");
+      }
+    }
+    if (o.type == ChakraProtoMsg::COMM_COLL_NODE || o.type == ChakraProtoMsg::COMM_SEND_NODE ||
+        o.type == ChakraProtoMsg::COMM_RECV_NODE) {
+      if (!n.comm_size_ok) {
+        if (opt_.compat_reference)
+          fail_node(n, "cannot compute comm_size: an input typed Tensor is not a [id, storage, offset, numel, "
+                       "elem_bytes, device] tuple");
+        warn(in_ + ": node " + std::to_string(n.id) + " '" + std::string(n.name) +
+             "': input tensors lack the 6-tuple layout; comm_size written as 0");
+        o.comm_size_zero = true;
+      }
+    }
+  }
+  out_pos_[i] = uint32_t(outs_.size());
+  outs_.push_back(std::move(o));
+}
+
+void Converter::encode_deps() {
+  std::vector<uint32_t> epoch(tr_.nodes.size(), 0);
+  std::vector<uint32_t> stack;
+  uint32_t cur_epoch = 0;
+  auto add = [](Out& o, int64_t id) {
+    if (std::find(o.data_deps.begin(), o.data_deps.end(), id) != o.data_deps.end()) return false;
+    o.data_deps.push_back(id);
+    return true;
+  };
+  const size_t n_out = outs_.size();
+  for (size_t r = 0; r < n_out; ++r) {
+    if (!is_thread_root(tr_.nodes[outs_[r].src].name)) continue;
+    ++cur_epoch;
+    uint32_t last_any = kNone, last_cpu = kNone;
+    stack.assign(1, outs_[r].src);
+    while (!stack.empty()) {
+      uint32_t i = stack.back();
+      stack.pop_back();
+      if (epoch[i] == cur_epoch) continue;
+      epoch[i] = cur_epoch;
+      const HostNode& n = tr_.nodes[i];
+      Out& o = outs_[out_pos_[i]];
+      if (n.is_gpu) {
+        if (last_any != kNone) {
+          int64_t dep = tr_.nodes[last_any].id;
+          if (add(o, dep) && log_.enabled())
+            log_.debug("GPU Node ID " + std::to_string(n.id) + " now has a data dependency on Node ID " + std::to_string(dep));
+        }
+        last_any = last_cpu;
+      } else {
+        if (n.has_inter_thread_dep && n.inter_thread_dep != 0) {
+          if (add(o, n.inter_thread_dep) && log_.enabled())
+            log_.debug("CPU Node ID " + std::to_string(n.id) + " now has an inter-thread data dependency on Node ID " +
+                       std::to_string(n.inter_thread_dep));
+        }
+        if (last_cpu != kNone) {
+          int64_t dep = tr_.nodes[last_cpu].id;
+          if (add(o, dep) && log_.enabled())
+            log_.debug("CPU Node ID " + std::to_string(n.id) + " now has a data dependency on non-GPU Node ID " +
+                       std::to_string(dep));
+        }
+        last_cpu = last_any = i;
+      }
+      // sync_dep: the reference only adds one whose start_time_micros is earlier, which is never
+      // set, so none is ever added (both modes keep that: see README).
+      for (uint32_t k = child_begin_[i]; k < child_begin_[i + 1]; ++k) {
+        uint32_t c = child_list_[k];
+        if (out_pos_[c] != kNone && epoch[c] != cur_epoch) stack.push_back(c);
+      }
+    }
+  }
+}
+
+void Converter::write(const std::vector<uint32_t>& final_order) {
+  if (log_.enabled()) {
+    log_.debug("Opening Chakra execution trace file: " + out_path_);
+    log_.debug("Writing Chakra execution trace.");
+  }
+  AtomicOutput out(out_path_);
+  EtWriter w(out);
+  const EtMetadata& m = tr_.meta;
+  {
+    if (log_.enabled()) log_.debug("Encoding global metadata for Chakra execution trace.");
+    ChakraProtoMsg::GlobalMetadata gm;
+    auto* a = gm.add_attr();
+    a->set_name("schema");
+    a->set_string_val(m.schema);
+    a = gm.add_attr();
+    a->set_name("pid");
+    a->set_uint64_val(m.pid);
+    a = gm.add_attr();
+    a->set_name("time");
+    a->set_string_val(m.time);
+    a = gm.add_attr();
+    a->set_name("start_ts");
+    a->set_uint64_val(m.start_ts);
+    a = gm.add_attr();
+    a->set_name("finish_ts");
+    a->set_uint64_val(m.finish_ts);
+    w.write(gm);
+  }
+  if (log_.enabled()) log_.debug("Encoding and writing nodes for Chakra execution trace.");
+  ChakraProtoMsg::Node pn;
+  std::vector<uint32_t> by_id(final_order);
+  std::sort(by_id.begin(), by_id.end(),
+            [&](uint32_t a, uint32_t b) { return tr_.nodes[outs_[a].src].id < tr_.nodes[outs_[b].src].id; });
+  for (uint32_t k : by_id) {
+    const Out& o = outs_[k];
+    const HostNode& n = tr_.nodes[o.src];
+    pn.Clear();
+    pn.set_id(uint64_t(n.id));
+    pn.set_name(n.name.data(), n.name.size());
+    pn.set_type(o.type);
+    if (o.has_ctrl) pn.add_ctrl_deps(uint64_t(o.ctrl));
+    for (int64_t d : o.data_deps) pn.add_data_deps(uint64_t(d));
+    int64_t dur = n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration;
+    pn.set_duration_micros(uint64_t(dur));
+    auto* in = pn.mutable_inputs();
+    in->set_values(n.in_values.data(), n.in_values.size());
+    in->set_shapes(n.in_shapes.data(), n.in_shapes.size());
+    in->set_types(n.in_types.data(), n.in_types.size());
+    auto* ou = pn.mutable_outputs();
+    ou->set_values(n.out_values.data(), n.out_values.size());
+    ou->set_shapes(n.out_shapes.data(), n.out_shapes.size());
+    ou->set_types(n.out_types.data(), n.out_types.size());
+    for (int a = 0; a < kIntAttrCount; ++a) {
+      auto* at = pn.add_attr();
+      at->set_name(kIntAttrNames[a]);
+      at->set_int64_val(n.attr[a]);
+    }
+    auto* at = pn.add_attr();
+    at->set_name("op_schema");
+    at->set_string_val(n.op_schema.data(), n.op_schema.size());
+    at = pn.add_attr();
+    at->set_name("is_cpu_op");
+    at->set_bool_val(!n.is_gpu);
+    if (!n.stream_null) {
+      at = pn.add_attr();
+      at->set_name("stream");
+      at->set_int64_val(n.stream);
+    }
+    if (o.type == ChakraProtoMsg::COMM_COLL_NODE && o.comm_type >= 0) {
+      at = pn.add_attr();
+      at->set_name("comm_type");
+      at->set_int64_val(o.comm_type);
+    }
+    if (o.type == ChakraProtoMsg::COMM_COLL_NODE || o.type == ChakraProtoMsg::COMM_SEND_NODE ||
+        o.type == ChakraProtoMsg::COMM_RECV_NODE) {
+      at = pn.add_attr();
+      at->set_name("comm_size");
+      at->set_int64_val(o.comm_size_zero ? 0 : n.comm_size);
+      if (!o.pg_name.empty()) {
+        at = pn.add_attr();
+        at->set_name("pg_name");
+        at->set_string_val(o.pg_name.data(), o.pg_name.size());
+      }
+    }
+    w.write(pn);
+  }
+  out.commit();
+  if (log_.enabled()) log_.debug("Chakra execution trace writing completed.");
+}
+
+ConvertStats Converter::run() {
+  if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
+  ReadOptions ro;
+  ro.compat_reference = opt_.compat_reference;
+  tr_ = read_host_et(in_, ro);
+  const EtMetadata& m = tr_.meta;
+  {
+    const char* missing = !m.has_schema ? "schema" : !m.has_pid ? "pid" : !m.has_time ? "time"
+                        : !m.has_start_ts ? "start_ts" : !m.has_finish_ts ? "finish_ts" : nullptr;
+    if (missing) throw InputError(in_, "top level", std::string("missing metadata key \"") + missing + "\"");
+    if (!m.pid_ok) throw InputError(in_, "\"pid\"", "must be a non-negative integer below 2^64, got " + m.pid_repr);
+    if (!m.start_ts_ok) throw InputError(in_, "\"start_ts\"", "must be a non-negative integer below 2^64, got " + m.start_ts_repr);
+    if (!m.finish_ts_ok) throw InputError(in_, "\"finish_ts\"", "must be a non-negative integer below 2^64, got " + m.finish_ts_repr);
+    if (!m.time_is_string) throw InputError(in_, "\"time\"", "must be a string, got " + m.time_repr);
+  }
+  const auto& nodes = tr_.nodes;
+  const uint32_t n = uint32_t(nodes.size());
+  stats_.json_nodes = n;
+  if (log_.enabled()) {
+    log_.debug("Extracting and processing node data from execution trace.");
+    std::string schema_repr;
+    py_repr_string(m.schema, schema_repr);
+    log_.debug("Parsed JSON metadata: {'schema': " + schema_repr + ", 'pid': " + m.pid_repr + ", 'time': " +
+               m.time_repr + ", 'start_ts': " + m.start_ts_repr + ", 'finish_ts': " + m.finish_ts_repr + "}");
+  }
+  index_.reserve(n * 2);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto [it, fresh] = index_.emplace(nodes[i].id, i);
+    if (!fresh) {
+      const HostNode& first = nodes[it->second];
+      fail_node(nodes[i], "duplicate node id (also at byte " + std::to_string(first.offset) + ")");
+    }
+  }
+  jtype_.resize(n);
+  size_t cpu_ops = 0, gpu_ops = 0, rpc_ops = 0, nccl_ops = 0, root_ops = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const HostNode& x = nodes[i];
+    jtype_[i] = contains(x.name, "process_group:init") ? JType::kMetadata : x.is_gpu ? JType::kGpu : JType::kCpu;
+    cpu_ops += jtype_[i] == JType::kCpu;
+    gpu_ops += jtype_[i] == JType::kGpu;
+    rpc_ops += contains(x.name, "record_param_comms");
+    nccl_ops += contains(x.name, "nccl:");
+    root_ops += is_thread_root(x.name);
+  }
+  if (log_.enabled()) {
+    log_.debug("Number of nodes in JSON trace: " + std::to_string(n));
+    log_.debug("total_op: " + std::to_string(n));
+    log_.debug("cpu_op: " + std::to_string(cpu_ops));
+    log_.debug("gpu_op: " + std::to_string(gpu_ops));
+    log_.debug("record_param_comms_op: " + std::to_string(rpc_ops));
+    log_.debug("nccl_op: " + std::to_string(nccl_ops));
+    log_.debug("root_op: " + std::to_string(root_ops));
+  }
+  // children (CSR): all children sorted by id descending (DFS push order), GPU children in JSON order
+  std::vector<uint32_t> parent_of(n, kNone);
+  child_begin_.assign(n + 1, 0);
+  gpu_child_begin_.assign(n + 1, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!nodes[i].has_parent) continue;
+    uint32_t p = find(nodes[i].parent);
+    if (p == kNone) continue;
+    parent_of[i] = p;
+    ++child_begin_[p + 1];
+    if (nodes[i].is_gpu) ++gpu_child_begin_[p + 1];
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    child_begin_[i + 1] += child_begin_[i];
+    gpu_child_begin_[i + 1] += gpu_child_begin_[i];
+  }
+  child_list_.resize(child_begin_[n]);
+  gpu_child_list_.resize(gpu_child_begin_[n]);
+  {
+    std::vector<uint32_t> f1(child_begin_.begin(), child_begin_.end() - 1), f2(gpu_child_begin_.begin(), gpu_child_begin_.end() - 1);
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t p = parent_of[i];
+      if (p == kNone) continue;
+      child_list_[f1[p]++] = i;
+      if (nodes[i].is_gpu) gpu_child_list_[f2[p]++] = i;
+    }
+  }
+  for (uint32_t p = 0; p < n; ++p)
+    std::stable_sort(child_list_.begin() + child_begin_[p], child_list_.begin() + child_begin_[p + 1],
+                     [&](uint32_t a, uint32_t b) { return nodes[a].id > nodes[b].id; });
+  parent_of.clear();
+  parent_of.shrink_to_fit();
+
+  // output map in the reference's insertion order (§3.3)
+  out_pos_.assign(n, kNone);
+  outs_.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (jtype_[i] == JType::kGpu) continue;
+    convert_node(i);
+    for (uint32_t k = gpu_child_begin_[i]; k < gpu_child_begin_[i + 1]; ++k) convert_node(gpu_child_list_[k]);
+  }
+  encode_deps();
+
+  // dangling nodes: no data deps and nobody depends on them (§3.7)
+  {
+    std::unordered_map<int64_t, bool> referenced;
+    referenced.reserve(outs_.size());
+    for (const Out& o : outs_)
+      for (int64_t d : o.data_deps) referenced[d] = true;
+    std::vector<int64_t> removed;
+    for (Out& o : outs_) {
+      int64_t id = nodes[o.src].id;
+      if (o.data_deps.empty() && !referenced.count(id)) {
+        o.removed = true;
+        removed.push_back(id);
+      }
+    }
+    stats_.removed_dangling = removed.size();
+    if (log_.enabled() && !removed.empty()) {
+      log_.debug("Identified and removed " + std::to_string(removed.size()) + " dangling nodes:");
+      for (int64_t id : removed) log_.debug(" - Node ID " + std::to_string(id));
+    }
+  }
+  std::vector<uint32_t> final_order;
+  final_order.reserve(outs_.size());
+  for (uint32_t k = 0; k < outs_.size(); ++k)
+    if (!outs_[k].removed) final_order.push_back(k);
+  auto alive = [&](int64_t id) {
+    uint32_t i = find(id);
+    return i != kNone && out_pos_[i] != kNone && !outs_[out_pos_[i]].removed;
+  };
+  if (!opt_.compat_reference) {
+    // fix: no ctrl dep to a node that is not written (the removed process root, typically)
+    for (uint32_t k : final_order) {
+      Out& o = outs_[k];
+      if (o.has_ctrl && !alive(o.ctrl)) o.has_ctrl = false;
+    }
+  }
+
+  // validate before writing; the same graph view feeds the simulator
+  std::vector<EtNode> graph(final_order.size());
+  for (size_t j = 0; j < final_order.size(); ++j) {
+    const Out& o = outs_[final_order[j]];
+    const HostNode& x = nodes[o.src];
+    EtNode& g = graph[j];
+    g.id = uint64_t(x.id);
+    g.name = x.name;
+    g.data_deps.assign(o.data_deps.begin(), o.data_deps.end());
+    if (o.has_ctrl) g.ctrl_deps.push_back(uint64_t(o.ctrl));
+    g.duration = uint64_t(x.name.find("Optimizer.step") != std::string_view::npos ? 0 : x.duration);
+    g.is_cpu = !x.is_gpu;
+    g.has_stream = !x.stream_null;
+    g.stream = x.stream;
+    g.has_tid = true;
+    g.tid = x.attr[kTid];
+  }
+  for (const Out& o : outs_)
+    for (int64_t d : o.data_deps)
+      if (d < 0) fail_node(nodes[o.src], "negative dependency id " + std::to_string(d));
+  ValidateOptions vo;
+  vo.ctrl_dangling_is_error = !opt_.compat_reference;
+  for (const Issue& is : validate_graph(graph, vo)) {
+    if (!is.error) continue;
+    if (log_.enabled()) log_.line_error(is.where + ": " + is.problem);
+    throw InputError(in_, is.where, is.problem);
+  }
+  write(final_order);
+  stats_.written_nodes = final_order.size();
+  if (opt_.simulate) {
+    if (log_.enabled()) log_.debug("Simulating execution of Chakra nodes based on data dependencies.");
+    simulate(graph, [&](const std::string& line) {
+      if (log_.enabled()) log_.debug(line);
+      else if (opt_.sim_line) opt_.sim_line(line);
+      else std::printf("%s\n", line.c_str());
+    });
+  }
+  if (log_.enabled()) log_.info("Conversion successful. Output file is available at " + out_path_ + ".");
+  return stats_;
+}
+
+}  // namespace
+
+ConvertStats convert(const std::string& in_path, const std::string& out_path, const ConvertOptions& opt) {
+  Converter c(in_path, out_path, opt);
+  return c.run();
+}
+
+}  // namespace opf::chakra

@@ -1,0 +1,71 @@
+// The in-memory model of a PyTorch host execution trace or a linked ("host + device") trace:
+// the compact per-node facts the converter needs (not the JSON text). IOInfo strings are
+// already rendered as Python str() (specs §3.6). All schemas map to this one model:
+// 1.0.1 (flat "parent", "inputs"/"input_shapes"/..., attributes as top-level keys) and the
+// nested 1.0.2 / 1.0.3 / 1.1.0 / 1.1.1 "-chakra.0.0.4" and "1.1.1-chakra.1.0.0" formats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "string_pool.h"
+
+namespace opf::chakra {
+
+enum class EtSchema { v1_0_1, chakra_0_0_4, chakra_1_0_0 };
+
+struct EtMetadata {
+  std::string schema;
+  // Python repr of each value as parsed (for the converter's log line) and whether present.
+  std::string pid_repr, time_repr, start_ts_repr, finish_ts_repr;
+  bool has_schema = false, has_pid = false, has_time = false, has_start_ts = false, has_finish_ts = false;
+  uint64_t pid = 0, start_ts = 0, finish_ts = 0;
+  std::string time;
+  bool pid_ok = false, start_ts_ok = false, finish_ts_ok = false;   // fit uint64 (protobuf field kind)
+  bool time_is_string = false;
+};
+
+// The integer attributes every converted node carries (specs §3.4), in output order.
+enum IntAttr { kRfId, kFwParent, kSeqId, kScope, kTid, kFwTid, kIntAttrCount };
+extern const char* const kIntAttrNames[kIntAttrCount];
+
+struct HostNode {
+  int64_t id = 0;
+  int64_t parent = 0;              // ctrl_deps (nested formats) / parent (1.0.1)
+  int64_t inter_thread_dep = 0;
+  int64_t stream = 0;
+  int64_t duration = 0;            // int(exclusive_dur) (truncated), 0 when absent
+  int64_t comm_size = 0;           // Σ num_elem × elem_bytes over the input tensors (§3.4)
+  int64_t attr[kIntAttrCount] = {};
+  std::string_view name, op_schema, pg_name;
+  std::string_view in_values, in_shapes, in_types, out_values, out_shapes, out_types;
+  std::vector<int64_t> sync_dep;
+  uint64_t offset = 0;             // byte offset of the node's JSON object (for messages)
+  uint32_t attr_present = 0;       // bit per IntAttr, bit 6 = op_schema
+  bool has_parent = false;
+  bool has_inter_thread_dep = false;
+  bool stream_null = false;        // JSON "stream": null => no stream attribute
+  bool is_gpu = false;             // has a non-null "cat" (only the linker adds it)
+  bool comm_size_ok = true;        // false: the inputs do not have the tensor layout comm_size needs
+  bool duration_negative = false;
+};
+
+struct HostTrace {
+  std::string path;
+  EtMetadata meta;
+  EtSchema schema = EtSchema::chakra_0_0_4;
+  std::vector<HostNode> nodes;     // JSON order
+  StringPool pool;
+};
+
+struct ReadOptions {
+  bool compat_reference = false;   // reject the schemas the reference rejects (1.0.1, 1.1.1-chakra.1.0.0)
+};
+
+// Reads a host ET / linked JSON (optionally gzip), streaming: memory grows with the node
+// count, not with the JSON text. Throws InputError (file, byte offset / node, problem).
+HostTrace read_host_et(const std::string& path, const ReadOptions& opt = {});
+
+}  // namespace opf::chakra

@@ -1,0 +1,25 @@
+// The reference converter's `--simulate` (specs §3.10): one CPU shared by all threads, one
+// in-order queue per GPU stream, 1 µs ticks, dependents released when a node is *issued*, a
+// 0-duration node occupying its resource for one tick. Same log lines as the reference, but
+// event-driven: idle ticks are skipped (jump to the next completion), so the cost is
+// O((nodes + edges) log nodes), independent of the simulated time span.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "et_graph.h"
+
+namespace opf::chakra {
+
+struct SimResult {
+  uint64_t makespan = 0;   // time of the last completion
+  size_t issued = 0;       // nodes that ran (< nodes.size() if some never became ready)
+};
+
+// `emit` receives each log line (without the "LEVEL [date] " prefix).
+SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit);
+
+}  // namespace opf::chakra

@@ -1,0 +1,230 @@
+// `opforge chakra`: the Chakra trace toolchain (convert, validate, jsonize, simulate, regress;
+// link/scale/synth come from cmd_chakra_link.cpp). Every stage reports bad input as one line
+// naming the file, the position and the problem, exits non-zero and leaves no output file.
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "converter.h"
+#include "et_graph.h"
+#include "et_stream.h"
+#include "input_error.h"
+#include "jsonizer.h"
+#include "ref_log.h"
+#include "regress.h"
+#include "simulator.h"
+#include "string_pool.h"
+#include "validator.h"
+
+namespace opf::cli {
+
+namespace {
+
+using namespace opf::chakra;
+
+bool parse_compat(const std::string& v) {
+  if (v.empty()) return false;
+  if (v == "reference") return true;
+  throw opf::Error("--compat: unknown value '" + v + "' (only 'reference')");
+}
+
+// .et -> graph view (+ metadata) for validate / simulate
+struct LoadedEt {
+  ChakraProtoMsg::GlobalMetadata meta;
+  std::vector<EtNode> nodes;
+  StringPool pool;
+  std::vector<std::string> type_problems;
+};
+
+void load_et(const std::string& path, bool compat, LoadedEt& out) {
+  EtReader rd(path, compat);
+  if (!rd.next(out.meta)) throw InputError(path, "byte 0", "empty .et stream (no GlobalMetadata record)");
+  ChakraProtoMsg::Node n;
+  while (rd.next(n)) {
+    EtNode g;
+    g.id = n.id();
+    g.name = out.pool.add(n.name());
+    g.data_deps.assign(n.data_deps().begin(), n.data_deps().end());
+    g.ctrl_deps.assign(n.ctrl_deps().begin(), n.ctrl_deps().end());
+    g.duration = n.duration_micros();
+    g.has_stream = false;
+    for (const auto& a : n.attr()) {
+      if (a.name() == "is_cpu_op" && a.value_case() == ChakraProtoMsg::AttributeProto::kBoolVal) g.is_cpu = a.bool_val();
+      if (a.name() == "stream" && a.value_case() == ChakraProtoMsg::AttributeProto::kInt64Val) g.has_stream = true, g.stream = a.int64_val();
+      if (a.name() == "tid" && a.value_case() == ChakraProtoMsg::AttributeProto::kInt64Val) g.has_tid = true, g.tid = a.int64_val();
+    }
+    if (!ChakraProtoMsg::NodeType_IsValid(n.type()))
+      out.type_problems.push_back("node " + std::to_string(n.id()) + ": unknown node type " + std::to_string(n.type()));
+    out.nodes.push_back(std::move(g));
+  }
+}
+
+int run_convert(const std::vector<std::string>& files, const std::string& compat, int jobs, bool simulate,
+                const std::string& log) {
+  bool c = parse_compat(compat);
+  if (files.size() % 2 != 0) throw opf::Error("chakra convert: expected IN OUT pairs, got an odd number of paths");
+  size_t pairs = files.size() / 2;
+  std::atomic<size_t> next{0};
+  std::mutex io;
+  std::vector<std::string> errors(pairs);
+  auto worker = [&] {
+    for (size_t k; (k = next++) < pairs;) {
+      ConvertOptions o;
+      o.compat_reference = c;
+      o.simulate = simulate;
+      if (!log.empty()) o.log_path = pairs == 1 ? log : log + "." + std::to_string(k);
+      o.warn = [&](const std::string& w) {
+        std::lock_guard<std::mutex> g(io);
+        std::fprintf(stderr, "opforge: warning: %s\n", w.c_str());
+      };
+      o.sim_line = [&](const std::string& l) {
+        std::lock_guard<std::mutex> g(io);
+        std::printf("%s\n", l.c_str());
+      };
+      try {
+        convert(files[2 * k], files[2 * k + 1], o);
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+      }
+    }
+  };
+  int nthreads = std::max(1, std::min<int>(jobs, int(pairs)));
+  std::vector<std::thread> ts;
+  for (int t = 1; t < nthreads; ++t) ts.emplace_back(worker);
+  worker();
+  for (auto& t : ts) t.join();
+  int rc = 0;
+  for (const auto& e : errors)
+    if (!e.empty()) {
+      std::fprintf(stderr, "opforge: %s\n", e.c_str());
+      rc = 1;
+    }
+  return rc;
+}
+
+int run_validate(const std::vector<std::string>& files, const std::string& compat) {
+  bool c = parse_compat(compat);
+  int rc = 0;
+  for (const auto& f : files) {
+    LoadedEt et;
+    try {
+      load_et(f, c, et);
+    } catch (const opf::Error& e) {
+      std::fprintf(stderr, "opforge: %s\n", e.what());
+      rc = 1;
+      continue;
+    }
+    size_t errors = 0, warnings = 0;
+    auto report = [&](const Issue& is) {
+      std::fprintf(stderr, "%s: %s: %s: %s\n", f.c_str(), is.where.c_str(), is.error ? "error" : "warning", is.problem.c_str());
+      (is.error ? errors : warnings)++;
+    };
+    for (const auto& p : et.type_problems) report({true, "nodes", p});
+    for (const auto& is : validate_metadata(et.meta)) report(is);
+    for (const auto& is : validate_graph(et.nodes)) report(is);
+    std::printf("%s: %zu nodes, %zu errors, %zu warnings\n", f.c_str(), et.nodes.size(), errors, warnings);
+    if (errors) rc = 1;
+  }
+  return rc;
+}
+
+int run_simulate(const std::string& in, const std::string& compat, const std::string& log_path) {
+  bool c = parse_compat(compat);
+  LoadedEt et;
+  load_et(in, c, et);
+  for (const auto& is : validate_graph(et.nodes))
+    if (is.error) throw InputError(in, is.where, is.problem);
+  RefLog log(log_path);
+  if (log.enabled()) log.debug("Simulating execution of Chakra nodes based on data dependencies.");
+  std::string buf;
+  simulate(et.nodes, [&](const std::string& l) {
+    if (log.enabled()) {
+      log.debug(l);
+    } else {
+      buf += l;
+      buf.push_back('\n');
+      if (buf.size() > (1 << 16)) {
+        std::fwrite(buf.data(), 1, buf.size(), stdout);
+        buf.clear();
+      }
+    }
+  });
+  std::fwrite(buf.data(), 1, buf.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+void add_chakra_command(CLI::App& app) {
+  auto* chakra = app.add_subcommand("chakra", "Chakra execution traces: convert, validate, jsonize, simulate, link");
+  chakra->require_subcommand(1);
+
+  {
+    auto* sub = chakra->add_subcommand("convert", "PyTorch host ET / linked JSON -> Chakra .et (IN OUT [IN OUT ...])");
+    auto files = std::make_shared<std::vector<std::string>>();
+    auto compat = std::make_shared<std::string>();
+    auto jobs = std::make_shared<int>(1);
+    auto sim = std::make_shared<bool>(false);
+    auto log = std::make_shared<std::string>();
+    sub->add_option("files", *files, "IN OUT pairs (.json or .json.gz in; OUT ending in .gz is gzip-compressed)")->required();
+    sub->add_option("--compat", *compat, "'reference': reproduce the MLCommons converter byte for byte, bugs included");
+    sub->add_option("-j,--jobs", *jobs, "convert this many pairs in parallel");
+    sub->add_flag("--simulate", *sim, "run the reference's simple simulation after writing (log lines)");
+    sub->add_option("--log", *log, "write the reference-format debug log here (per pair: FILE.<k> when several)");
+    on_run(sub, [=] { return run_convert(*files, *compat, *jobs, *sim, *log); });
+  }
+  {
+    auto* sub = chakra->add_subcommand("validate", "Check .et files: metadata, duplicate ids, dangling deps, cycles");
+    auto files = std::make_shared<std::vector<std::string>>();
+    auto compat = std::make_shared<std::string>();
+    sub->add_option("files", *files, ".et files")->required();
+    sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream, as in the reference reader");
+    on_run(sub, [=] { return run_validate(*files, *compat); });
+  }
+  {
+    auto* sub = chakra->add_subcommand("jsonize", "Chakra .et -> JSON (the reference jsonizer's layout)");
+    auto in = std::make_shared<std::string>();
+    auto out = std::make_shared<std::string>();
+    auto compat = std::make_shared<std::string>();
+    sub->add_option("in", *in, ".et file")->required();
+    sub->add_option("out", *out, "JSON output")->required();
+    sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream");
+    on_run(sub, [=] {
+      jsonize(*in, *out, parse_compat(*compat));
+      return 0;
+    });
+  }
+  {
+    auto* sub = chakra->add_subcommand("simulate", "Event-driven replay of the reference --simulate on an .et file");
+    auto in = std::make_shared<std::string>();
+    auto compat = std::make_shared<std::string>();
+    auto log = std::make_shared<std::string>();
+    sub->add_option("in", *in, ".et file")->required();
+    sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream");
+    sub->add_option("--log", *log, "write reference-format log lines here instead of stdout");
+    on_run(sub, [=] { return run_simulate(*in, *compat, *log); });
+  }
+  {
+    auto* sub = chakra->add_subcommand("regress", "Convert + jsonize every usable trace and compare with the goldens");
+    auto update = std::make_shared<bool>(false);
+    auto traces = std::make_shared<std::string>();
+    auto golden = std::make_shared<std::string>();
+    sub->add_flag("--update", *update, "rewrite the golden files and print what changed");
+    sub->add_option("--traces", *traces, "trace corpus (default: ../shared/traces from the source tree)");
+    sub->add_option("--golden", *golden, "golden dir (default: chakra/tests/golden in the source tree)");
+    on_run(sub, [=] {
+      RegressOptions o;
+      o.update = *update;
+      o.traces_dir = traces->empty() ? default_traces_dir() : *traces;
+      o.golden_dir = golden->empty() ? default_golden_dir() : *golden;
+      return run_regress(o, [](const std::string& l) { std::printf("%s\n", l.c_str()); }) ? 0 : 1;
+    });
+  }
+  // add_chakra_link_commands(*chakra);   // enabled by the chakra-link helper once harness/cmd_chakra_link.cpp exists
+}
+
+}  // namespace opf::cli
