@@ -1,19 +1,176 @@
-// `opforge ops`: what this build has (placeholder table until the loader lands).
+// `opforge ops [--json]`: what this build can run, like DeepSpeed's ds_report: per op x backend
+// whether it is enabled, prebuilt, compatible here (and why not), and its JIT cache state, under
+// a header with the toolchains Meson resolved.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "command.h"
+#include "opforge/build_info.h"
+#include "opforge/loader.h"
 #include "opforge/manifest.h"
 
 namespace opf::cli {
+namespace {
+
+struct Row {
+  std::string op, backend;
+  bool enabled = false, prebuilt = false, compatible = false;
+  std::string reason;
+  CacheState cache;
+  bool jit_used = false;  // would a load go through the JIT cache?
+};
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += char(c);
+    else if (c == '\n') o += "\\n";
+    else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else o += char(c);
+  }
+  return o + "\"";
+}
+
+const char* yn(bool b) { return b ? "yes" : "no"; }
+
+std::vector<std::string> backends_of_interest() { return {"cpu", "cuda", "hip"}; }
+
+std::vector<Row> collect() {
+  auto& loader = Loader::instance();
+  std::vector<Row> rows;
+  for (const auto& op : op_table()) {
+    for (const auto& b : op.declared_backends) {
+      Row r;
+      r.op = op.name;
+      r.backend = b;
+      r.enabled = op.has_backend(b);
+      r.prebuilt = op.is_prebuilt(b);
+      const Availability a = loader.availability(b);
+      r.compatible = a.ok;
+      r.reason = a.reason;
+      if (r.enabled) r.cache = loader.cache_state(op, b);
+      r.jit_used = r.enabled && !r.prebuilt;
+      rows.push_back(std::move(r));
+    }
+  }
+  return rows;
+}
+
+std::string cache_text(const Row& r) {
+  if (!r.enabled) return "-";
+  if (r.cache.key.empty()) return "no key (sources not found)";
+  std::string s = (r.cache.present ? "cached " : "not cached ") + r.cache.key.substr(0, 12);
+  if (!r.jit_used) s += " (unused: prebuilt)";
+  return s;
+}
+
+int print_table() {
+  std::printf("opforge %s  (mode=%s)\n", build::version().c_str(), build::mode().c_str());
+  std::printf("%s\n", std::string(100, '-').c_str());
+  const auto& cxx = build::cpp_toolchain();
+  std::string cmd;
+  for (const auto& a : cxx.command) cmd += (cmd.empty() ? "" : " ") + a;
+  std::printf("%-22s %s %s [%s]\n", "C++ compiler", cxx.id.c_str(), cxx.version.c_str(), cmd.c_str());
+  for (const auto& b : backends_of_interest()) {
+    if (!build::backend_enabled(b)) {
+      std::printf("%-22s %s\n", (b + " backend").c_str(), "not built");
+      continue;
+    }
+    std::string extra;
+    if (b == "cuda" && !build::cuda_arch().empty()) {
+      extra = " arch:";
+      for (const auto& a : build::cuda_arch()) extra += " " + a;
+    } else if (b == "hip" && !build::hip_arch().empty()) {
+      extra = " arch:";
+      for (const auto& a : build::hip_arch()) extra += " " + a;
+    }
+    std::printf("%-22s %s%s\n", (b + " backend").c_str(), build::backend_compiler_version(b).c_str(), extra.c_str());
+  }
+  std::printf("%-22s %s\n", "prebuilt modules", build::module_dir().c_str());
+  std::string root;
+  try {
+    root = cache_root();
+  } catch (const std::exception& e) {
+    root = e.what();
+  }
+  std::printf("%-22s %s\n", "JIT cache", root.c_str());
+  std::printf("%s\n", std::string(100, '-').c_str());
+  std::printf("%-24s %-8s %-8s %-9s %-11s %s\n", "op", "backend", "enabled", "prebuilt", "compatible", "JIT cache");
+  std::printf("%s\n", std::string(100, '-').c_str());
+  std::vector<std::string> reasons;
+  for (const auto& r : collect()) {
+    std::printf("%-24s %-8s %-8s %-9s %-11s %s\n", r.op.c_str(), r.backend.c_str(), yn(r.enabled), yn(r.prebuilt),
+                yn(r.compatible), cache_text(r).c_str());
+    if (!r.compatible) reasons.push_back(r.backend + ": " + r.reason);
+  }
+  if (op_table().empty()) std::printf("(no op is enabled in this build)\n");
+  // one line per backend that cannot run here, instead of repeating it on every row
+  std::vector<std::string> seen;
+  for (const auto& line : reasons) {
+    bool dup = false;
+    for (const auto& s : seen) dup |= s == line;
+    if (dup) continue;
+    seen.push_back(line);
+    std::printf("  incompatible %s\n", line.c_str());
+  }
+  return 0;
+}
+
+int print_json() {
+  std::string root;
+  try {
+    root = cache_root();
+  } catch (const std::exception&) {
+  }
+  std::string o = "{\n";
+  o += "  \"opforge_version\": " + json_str(build::version()) + ",\n";
+  o += "  \"mode\": " + json_str(build::mode()) + ",\n";
+  o += "  \"module_dir\": " + json_str(build::module_dir()) + ",\n";
+  o += "  \"cache_root\": " + json_str(root) + ",\n";
+  o += "  \"toolchains\": {\n";
+  const auto& cxx = build::cpp_toolchain();
+  o += "    \"cpp\": {\"id\": " + json_str(cxx.id) + ", \"version\": " + json_str(cxx.version) + ", \"command\": [";
+  for (size_t i = 0; i < cxx.command.size(); ++i) o += (i ? ", " : "") + json_str(cxx.command[i]);
+  o += "]}";
+  for (const auto& b : backends_of_interest()) {
+    o += ",\n    " + json_str(b) + ": {\"built\": " + (build::backend_enabled(b) ? "true" : "false") +
+         ", \"compiler\": " + json_str(build::backend_compiler_version(b));
+    const auto& archs = b == "cuda" ? build::cuda_arch() : b == "hip" ? build::hip_arch() : std::vector<std::string>{};
+    if (b != "cpu" && build::backend_enabled(b)) {
+      o += ", \"arch\": [";
+      for (size_t i = 0; i < archs.size(); ++i) o += (i ? ", " : "") + json_str(archs[i]);
+      o += "]";
+    }
+    o += "}";
+  }
+  o += "\n  },\n  \"ops\": [";
+  bool first = true;
+  for (const auto& r : collect()) {
+    o += first ? "\n" : ",\n";
+    first = false;
+    o += "    {\"op\": " + json_str(r.op) + ", \"backend\": " + json_str(r.backend) +
+         ", \"enabled\": " + (r.enabled ? "true" : "false") + ", \"prebuilt\": " + (r.prebuilt ? "true" : "false") +
+         ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json_str(r.reason) +
+         ", \"jit\": " + (r.jit_used ? "true" : "false") +
+         ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) + ", \"present\": " + (r.cache.present ? "true" : "false") +
+         ", \"dir\": " + json_str(r.cache.dir) + "}}";
+  }
+  o += "\n  ]\n}\n";
+  std::fputs(o.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
 
 void add_ops_command(CLI::App& app) {
   auto* sub = app.add_subcommand("ops", "List ops x backends: enabled, prebuilt, compatible, JIT cache state");
-  on_run(sub, [] {
-    for (const auto& op : op_table())
-      for (const auto& b : op.enabled_backends)
-        std::printf("%-24s %-5s %s\n", op.name.c_str(), b.c_str(), op.is_prebuilt(b) ? "prebuilt" : "jit");
-    return 0;
-  });
+  auto json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *json, "Machine-readable output (same content)");
+  on_run(sub, [json] { return *json ? print_json() : print_table(); });
 }
 
 }  // namespace opf::cli

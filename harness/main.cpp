@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   using namespace opf::cli;
   add_ops_command(app);
+  add_clean_command(app);
   add_matrix_command(app);
 #ifdef OPF_HAVE_CHAKRA
   add_chakra_command(app);

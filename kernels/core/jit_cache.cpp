@@ -391,4 +391,19 @@ std::vector<CacheItem> list_cache(const std::string& root) {
   return items;
 }
 
+bool remove_cache_item(const CacheItem& item) {
+  std::error_code ec;
+  if (item.kind == "lock") {
+    if (!KeyLock::is_free(item.path)) return false;
+    fs::remove(item.path, ec);
+  } else {
+    fs::remove_all(item.path, ec);
+  }
+  if (ec) return false;
+  // rmdir only succeeds on empty directories: a user's file keeps them
+  const fs::path backend_dir = fs::path(item.path).parent_path();
+  if (::rmdir(backend_dir.c_str()) == 0) ::rmdir(backend_dir.parent_path().c_str());
+  return true;
+}
+
 }  // namespace opf::detail::jit

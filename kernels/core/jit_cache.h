@@ -86,5 +86,8 @@ struct CacheItem {
   long long bytes = 0;
 };
 std::vector<CacheItem> list_cache(const std::string& root);
+// Removes one listed item (a lock file only while nobody holds it), then its backend and op
+// directories if that left them empty. Returns false when the item could not be removed.
+bool remove_cache_item(const CacheItem& item);
 
 }  // namespace opf::detail::jit
