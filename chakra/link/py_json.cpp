@@ -136,4 +136,35 @@ void py_json_element(simdjson::dom::element v, int level, std::string& out) {
   }
 }
 
+void py_json_element_compact(simdjson::dom::element v, std::string& out) {
+  using simdjson::dom::element_type;
+  switch (v.type()) {
+    case element_type::ARRAY: {
+      out.push_back('[');
+      bool first = true;
+      for (auto x : simdjson::dom::array(v)) {
+        if (!first) out += ", ";
+        first = false;
+        py_json_element_compact(x, out);
+      }
+      out.push_back(']');
+      return;
+    }
+    case element_type::OBJECT: {
+      out.push_back('{');
+      bool first = true;
+      for (auto f : simdjson::dom::object(v)) {
+        if (!first) out += ", ";
+        first = false;
+        py_json_string(f.key, out);
+        out += ": ";
+        py_json_element_compact(f.value, out);
+      }
+      out.push_back('}');
+      return;
+    }
+    default: py_json_element(v, 0, out);
+  }
+}
+
 }  // namespace opf::chakra

@@ -16,5 +16,7 @@ void py_json_string(std::string_view utf8, std::string& out);   // quoted, ensur
 void py_json_indent(int level, std::string& out);          // newline + 4*level spaces
 // Appends `v` formatted as json.dump(indent=4) would at nesting depth `level`.
 void py_json_element(simdjson::dom::element v, int level, std::string& out);
+// Appends `v` as json.dumps(v) writes it without indent (separators ", " and ": ").
+void py_json_element_compact(simdjson::dom::element v, std::string& out);
 
 }  // namespace opf::chakra

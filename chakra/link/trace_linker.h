@@ -19,6 +19,7 @@ struct LinkOptions {
   std::string host_path, kineto_path, output_path;
   int64_t rank = 0;
   bool compat_reference = false;
+  bool pretty = false;   // json.dump(indent=4) layout; always on in compat mode (byte-identical output)
 };
 
 struct LinkStats {
