@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -119,6 +118,19 @@ long long tree_bytes(const fs::path& p) {
   return n;
 }
 
+// `#include "name"` -> name; anything else (system <...> includes, other lines) -> "".
+// (std::regex made the warm path of a cached load ~8 ms; this is ~100x faster.)
+std::string quoted_include(const std::string& line) {
+  size_t i = line.find_first_not_of(" \t");
+  if (i == std::string::npos || line[i] != '#') return "";
+  i = line.find_first_not_of(" \t", i + 1);
+  if (i == std::string::npos || line.compare(i, 7, "include") != 0) return "";
+  i = line.find_first_not_of(" \t", i + 7);
+  if (i == std::string::npos || line[i] != '"') return "";
+  const size_t end = line.find('"', i + 1);
+  return end == std::string::npos ? "" : line.substr(i + 1, end - i - 1);
+}
+
 }  // namespace
 
 std::string sha256_hex(const std::string& data) {
@@ -141,7 +153,6 @@ std::string sha256_file(const std::string& path) {
 }
 
 std::vector<std::string> local_sources(const JitSource& src) {
-  static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)")re");
   std::vector<std::string> order{fs::weakly_canonical(src.main_file).string()};
   std::set<std::string> seen{order.front()};
   for (size_t i = 0; i < order.size(); ++i) {
@@ -149,12 +160,12 @@ std::vector<std::string> local_sources(const JitSource& src) {
     const std::string here = fs::path(order[i]).parent_path().string();
     std::string line;
     while (std::getline(text, line)) {
-      std::smatch m;
-      if (!std::regex_search(line, m, include_re)) continue;
+      const std::string name = quoted_include(line);
+      if (name.empty()) continue;
       std::vector<std::string> dirs{here};
       dirs.insert(dirs.end(), src.include_dirs.begin(), src.include_dirs.end());
       for (const auto& d : dirs) {
-        std::string cand = d + "/" + m[1].str();
+        std::string cand = d + "/" + name;
         if (!is_file(cand)) continue;
         cand = fs::weakly_canonical(cand).string();
         if (seen.insert(cand).second) order.push_back(cand);
