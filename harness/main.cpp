@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   using namespace opf::cli;
   add_ops_command(app);
   add_clean_command(app);
+  add_test_command(app);
+  add_bench_command(app);
   add_matrix_command(app);
 #ifdef OPF_HAVE_CHAKRA
   add_chakra_command(app);

@@ -8,8 +8,10 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bandwidth_probe.h"
 #include "bench_table.h"
@@ -117,8 +119,30 @@ void add(BenchCase bc) {
       ->Unit(benchmark::kMillisecond);
 }
 
+// Cases that cannot run here, grouped by reason so an absent GPU is one line, not sixty.
+class NotRun {
+ public:
+  void add(const std::string& reason, const std::string& name) {
+    auto [it, fresh] = by_reason_.try_emplace(reason);
+    if (fresh) order_.push_back(reason);
+    it->second.push_back(name);
+  }
+  void print() const {
+    for (const std::string& r : order_) {
+      const auto& names = by_reason_.at(r);
+      std::fprintf(stderr, "opforge bench: %zu not run (%s%s): %s\n", names.size(), names.front().c_str(),
+                   names.size() > 1 ? ", ..." : "", r.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::string> order_;
+  std::map<std::string, std::vector<std::string>> by_reason_;
+};
+
 void register_cases() {
   Loader& loader = Loader::instance();
+  NotRun not_run;
   for (const OpInfo& op : op_table()) {
     for (const std::string& dt : op.dtypes) {
       const DType dtype = *dtype_from_name(dt);
@@ -127,8 +151,7 @@ void register_cases() {
           for (const std::string& backend : op.enabled_backends) {
             const std::string name = case_name(op.name, backend, dt, entry, shape);
             if (const Availability av = loader.availability(backend); !av.ok) {
-              std::fprintf(stderr, "opforge bench: %s not run: backend %s not available here: %s\n", name.c_str(),
-                           backend.c_str(), av.reason.c_str());
+              not_run.add("backend " + backend + " not available here: " + av.reason, name);
               continue;
             }
             add({&op, nullptr, backend, dtype, entry, shape, name});
@@ -137,13 +160,13 @@ void register_cases() {
             const std::string name = peer_case_name(lib, op.name, dt, entry, shape);
             const peers::Adapter* a = peers::find_adapter(lib, op.name);
             if (!a) {
-              std::fprintf(stderr, "opforge bench: %s not run: no adapter built (harness/suites/peers/%s_%s.cpp "
-                           "missing or its library not found at configure time)\n", name.c_str(), lib.c_str(), op.name.c_str());
+              not_run.add("no adapter built: harness/suites/peers/" + lib + "_" + op.name +
+                              ".cpp missing, or its library not found at configure time", name);
               continue;
             }
             const Params params = op.default_params();
             if (std::string why = a->unsupported({entry, dtype, shape, params}); !why.empty()) {
-              std::fprintf(stderr, "opforge bench: %s not run: %s\n", name.c_str(), why.c_str());
+              not_run.add(lib + " " + dt + ": " + why, name);
               continue;
             }
             add({&op, a, "", dtype, entry, shape, name});
@@ -151,6 +174,7 @@ void register_cases() {
         }
     }
   }
+  not_run.print();
 }
 
 }  // namespace

@@ -99,6 +99,8 @@ class Run final : public PeerRun {
                {DNNL_ARG_MEAN, f32_mem(d_.stat, arg(drawn, "mean"), same)},
                {DNNL_ARG_VARIANCE, f32_mem(d_.stat, arg(drawn, "rstd"), variance)},
                {DNNL_ARG_SCALE, f32_mem(d_.param, arg(drawn, "gamma"), same)},
+               // oneDNN 2.6 insists on a shift argument in backward too; the math never reads it
+               {DNNL_ARG_SHIFT, f32_mem(d_.param, arg(drawn, "gamma"), same)},
                {DNNL_ARG_DIFF_SRC, memory(d_.data, d_.eng)},
                {DNNL_ARG_DIFF_SCALE, memory(d_.param, d_.eng)},
                {DNNL_ARG_DIFF_SHIFT, memory(d_.param, d_.eng)}};
