@@ -33,13 +33,17 @@
 #else
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#ifndef OPF_WARP_SIZE  // predefined only by the host emulation in gpu/tests (wave64 runs)
 #define OPF_WARP_SIZE 32
+#endif
 #endif
 
 #define OPF_DEVICE __device__ __forceinline__
 // Every kernel states its block size so the compiler may budget registers for it.
 #define OPF_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
+#ifndef OPF_KERNEL  // the host emulation in gpu/tests exports kernels as plain functions
 #define OPF_KERNEL extern "C" __global__
+#endif
 
 namespace opf_gpu {
 

@@ -1,0 +1,140 @@
+// Host emulation of the CUDA execution model, just enough to run an op's kernel.cu on the CPU:
+// this machine has no GPU, and this is how the kernels' indexing, reductions, plans and the
+// generic launcher (core/gpu_module.h) are checked against the float64 reference before any
+// device run. Not a simulator of performance or memory ordering.
+//
+// Included (via a generated <op>_emu.cpp) before the op's kernel.cu, compiled by the host C++
+// compiler into a shared object that plays the role of a code object: kernels and plans are
+// exported under their ABI names and found with dlsym, as the drivers find them by name.
+//
+// Model: blocks run one after another; the threads of a block are cooperative coroutines
+// (ucontext) switched at every barrier, so __syncthreads and warp shuffles are exact, and a
+// barrier that only part of the block reaches is detected instead of hanging. OPF_WARP_SIZE is
+// set by the build (32: CUDA, 64: CDNA wavefronts).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "gpu/launch_abi.h"
+
+#ifndef OPF_WARP_SIZE
+#error "set OPF_WARP_SIZE (32 or 64) for the emulated module"
+#endif
+
+// The CUDA headers already define __device__, __global__, __constant__ and __forceinline__ for
+// host compilers; shared memory becomes per-function statics (blocks run one at a time).
+#undef __shared__
+#define __shared__ static
+#define __launch_bounds__(n)
+#define OPF_KERNEL extern "C" __attribute__((visibility("default")))
+
+struct opf_emu_dim3 {
+  unsigned x, y, z;
+};
+
+namespace opf_emu {
+
+inline opf_emu_dim3 thread_idx, block_idx, block_dim, grid_dim;
+
+struct Thread {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  bool done = false;
+};
+
+inline ucontext_t scheduler;
+inline std::vector<Thread>* threads = nullptr;
+inline unsigned current = 0;
+inline void (*kernel)(opf_gpu_args) = nullptr;
+inline const opf_gpu_args* kernel_args = nullptr;
+inline float exchange[1024];
+
+inline void sync() {  // back to the scheduler, which resumes everyone once all have arrived
+  swapcontext(&(*threads)[current].ctx, &scheduler);
+}
+
+inline float shfl_xor(float v, int lane_mask) {
+  exchange[thread_idx.x] = v;
+  sync();
+  const float r = exchange[thread_idx.x ^ unsigned(lane_mask)];
+  sync();
+  return r;
+}
+
+inline void thread_main() {
+  kernel(*kernel_args);
+  (*threads)[current].done = true;
+}
+
+}  // namespace opf_emu
+
+#define threadIdx opf_emu::thread_idx
+#define blockIdx opf_emu::block_idx
+#define blockDim opf_emu::block_dim
+#define gridDim opf_emu::grid_dim
+#define __syncthreads() opf_emu::sync()
+#define __shfl_xor_sync(mask, v, lane_mask) opf_emu::shfl_xor((v), (lane_mask))
+
+inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
+
+// swapcontext "returns twice" like setjmp, but the scheduler's frame is not modified between
+// saving and resuming its context, so nothing is clobbered.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wclobbered"
+// Runs kernel(*args) on a gx x gy grid of block-thread blocks. Returns 0, or 1 after printing why
+// (a barrier reached by only part of a block).
+extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kernel)(opf_gpu_args),
+                                                                     const opf_gpu_args* args, unsigned gx,
+                                                                     unsigned gy, unsigned block) {
+  std::vector<opf_emu::Thread> threads(block);
+  opf_emu::threads = &threads;
+  opf_emu::kernel = kernel;
+  opf_emu::kernel_args = args;
+  opf_emu::grid_dim = {gx, gy, 1};
+  opf_emu::block_dim = {block, 1, 1};
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      opf_emu::block_idx = {bx, by, 0};
+      for (unsigned t = 0; t < block; ++t) {
+        auto& th = threads[t];
+        th.done = false;
+        if (th.stack.empty()) {  // a finished context can be re-made; getcontext once per slot
+          th.stack.resize(64 * 1024);
+          getcontext(&th.ctx);
+        }
+        th.ctx.uc_stack.ss_sp = th.stack.data();
+        th.ctx.uc_stack.ss_size = th.stack.size();
+        th.ctx.uc_link = &opf_emu::scheduler;
+        makecontext(&th.ctx, opf_emu::thread_main, 0);
+      }
+      for (;;) {  // one round = every live thread runs to its next barrier or to its end
+        unsigned finished = 0;
+        for (unsigned t = 0; t < block; ++t) {
+          if (threads[t].done) {
+            ++finished;
+            continue;
+          }
+          opf_emu::current = t;
+          opf_emu::thread_idx = {t, 0, 0};
+          swapcontext(&opf_emu::scheduler, &threads[t].ctx);
+          if (threads[t].done) ++finished;
+        }
+        if (finished == block) break;
+        if (finished != 0) {
+          std::fprintf(stderr, "emulated block (%u,%u): %u of %u threads exited while the rest wait at a barrier\n", bx,
+                       by, finished, block);
+          return 1;
+        }
+      }
+    }
+  opf_emu::threads = nullptr;
+  return 0;
+}
+#pragma GCC diagnostic pop

@@ -1,0 +1,271 @@
+// Every op's kernel.cu, run on the CPU through the host emulation (gpu_emulation.h) and the real
+// generic launcher (core/gpu_module.h), against the op's float64 reference: for each op with a GPU
+// backend x emulated warp size (32 = CUDA, 64 = CDNA wavefront) x dtype x entry x manifest case.
+// Seeded random inputs (seed printed; OPFORGE_SEED replays), outputs poisoned before the run,
+// every element compared. What this cannot show: device-specific behaviour (real shuffles, memory
+// ordering, fast-math intrinsics, the driver's module loader) — that is tools/device_check.sh.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "core/gpu_module.h"
+#include "opforge/dtype.h"
+#include "opforge/error.h"
+#include "opforge/manifest.h"
+
+namespace opf {
+namespace {
+
+// ------------------------------------------------------------------ the emulated "driver"
+using EmuKernel = void (*)(opf_gpu_args);
+using EmuLaunch = int (*)(EmuKernel, const opf_gpu_args*, unsigned, unsigned, unsigned);
+
+struct EmuApi {
+  using Module = void*;
+  using Function = EmuKernel;
+  EmuLaunch launch_fn = nullptr;
+
+  std::string error(int rc) const {
+    switch (rc) {
+      case 1: return "symbol not found";
+      case 2: return "dynamic shared memory is not emulated";
+      case 3: return "barrier reached by only part of a block (see stderr)";
+    }
+    return "emulation error " + std::to_string(rc);
+  }
+  int get_function(Function* f, Module m, const char* name) {
+    *f = reinterpret_cast<Function>(::dlsym(m, name));
+    return *f ? 0 : 1;
+  }
+  int read_global(void* dst, size_t bytes, Module m, const char* name) {
+    void* p = ::dlsym(m, name);
+    if (!p) return 1;
+    Dl_info info;
+    void* extra = nullptr;
+    if (!::dladdr1(p, &info, &extra, RTLD_DL_SYMENT) || !extra) return -1;
+    if (static_cast<const ElfW(Sym)*>(extra)->st_size != bytes) return -1;
+    std::memcpy(dst, p, bytes);
+    return 0;
+  }
+  int launch(Function f, unsigned gx, unsigned gy, unsigned block, unsigned shared, void*, opf_gpu_args* a) {
+    if (shared) return 2;
+    return launch_fn(f, a, gx, gy, block) == 0 ? 0 : 3;
+  }
+  int alloc(void** p, size_t bytes) {
+    *p = std::malloc(bytes);
+    if (*p) std::memset(*p, 0xff, bytes);  // workspace is uninitialised on a device too
+    return *p ? 0 : 4;
+  }
+  int release(void* p) {
+    std::free(p);
+    return 0;
+  }
+  int synchronize() { return 0; }
+  int make_current() { return 0; }
+  int unload(Module m) { return ::dlclose(m); }
+};
+
+struct EmuModule {
+  EmuApi api;
+  std::unique_ptr<detail::GpuModule<EmuApi>> module;
+};
+
+// One emulated code object per (op, warp size), loaded once.
+const opf_module_info* emu_module(const OpInfo& op, int warp) {
+  static std::map<std::string, std::unique_ptr<EmuModule>> loaded;
+  const char* dir = std::getenv("OPF_EMU_DIR");
+  const std::string path = std::string(dir ? dir : ".") + "/emu_" + op.name + "_w" + std::to_string(warp) + ".so";
+  auto& slot = loaded[path];
+  if (!slot) {
+    void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw Error("cannot load emulated module " + path + ": " + ::dlerror());
+    auto m = std::make_unique<EmuModule>();
+    m->api.launch_fn = reinterpret_cast<EmuLaunch>(::dlsym(h, "opf_emu_launch"));
+    if (!m->api.launch_fn) throw Error(path + " has no opf_emu_launch");
+    m->module = std::make_unique<detail::GpuModule<EmuApi>>(m->api, h, op, "emu", "w" + std::to_string(warp), path);
+    slot = std::move(m);
+  }
+  return slot->module->info();
+}
+
+// ------------------------------------------------------------------ storage conversions
+double decode(DType t, const unsigned char* p) {
+  switch (t) {
+    case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
+    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
+    case DType::u8: return *p;
+    case DType::i64: { int64_t i; std::memcpy(&i, p, 8); return double(i); }
+  }
+  return NAN;
+}
+
+void encode(DType t, double v, unsigned char* p) {
+  switch (t) {
+    case DType::f32: { float f = float(v); std::memcpy(p, &f, 4); return; }
+    case DType::f64: std::memcpy(p, &v, 8); return;
+    case DType::f16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(p, &h, 2); return; }
+    case DType::bf16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(p, &h, 2); return; }
+    case DType::u8: *p = (unsigned char)v; return;
+    case DType::i64: { int64_t i = int64_t(v); std::memcpy(p, &i, 8); return; }
+  }
+}
+
+double round_to(DType t, double v) {
+  unsigned char b[8];
+  encode(t, v, b);
+  return decode(t, b);
+}
+
+uint64_t base_seed() {
+  static const uint64_t s = [] {
+    const char* e = std::getenv("OPFORGE_SEED");
+    return e && *e ? std::strtoull(e, nullptr, 10) : uint64_t(std::random_device{}());
+  }();
+  return s;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+struct Case {
+  const OpInfo* op;
+  int warp;
+  DType dtype;
+  std::string entry;
+  Shape shape;
+  std::string name;
+};
+
+void run_case(const Case& c) {
+  const Params params = c.op->default_params();
+  CaseDesc desc = c.op->spec->describe(c.entry, c.dtype, c.shape, params);
+  if (!desc.unsupported.empty()) GTEST_SKIP() << desc.unsupported;
+  const uint64_t seed = base_seed() ^ fnv1a(c.name);
+  std::printf("seed %" PRIu64 " (OPFORGE_SEED=%" PRIu64 ")\n", seed, base_seed());
+  std::mt19937_64 rng(seed);
+
+  const size_t n = desc.args.size();
+  std::vector<RefArg> ref(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ArgDesc& a = desc.args[i];
+    ref[i].desc = &a;
+    ref[i].v.assign(size_t(a.numel()), 0.0);
+    if (a.role == Role::out || a.derived) continue;
+    for (auto& v : ref[i].v) {
+      if (a.fill.kind == Fill::mask) v = std::bernoulli_distribution(a.fill.p)(rng) ? 1.0 : 0.0;
+      else v = round_to(a.dtype, std::uniform_real_distribution<double>(a.fill.lo, a.fill.hi)(rng));
+    }
+  }
+  if (c.op->spec->prepare) c.op->spec->prepare(c.entry, ref, params);
+  for (size_t i = 0; i < n; ++i)
+    if (desc.args[i].derived)
+      for (auto& v : ref[i].v) v = round_to(desc.args[i].dtype, v);
+
+  std::vector<std::vector<unsigned char>> buf(n);
+  std::vector<opf_tensor> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ArgDesc& a = desc.args[i];
+    const size_t es = dtype_size(a.dtype);
+    buf[i].assign(ref[i].v.size() * es + 64, 0xff);  // poison (NaN for every float dtype) + guard
+    if (a.role != Role::out)
+      for (size_t j = 0; j < ref[i].v.size(); ++j) encode(a.dtype, ref[i].v[j], &buf[i][j * es]);
+    tensors[i] = opf_tensor{buf[i].data(), int32_t(a.dtype), int32_t(a.shape.size()), {}};
+    for (size_t d = 0; d < a.shape.size(); ++d) tensors[i].shape[d] = a.shape[d];
+  }
+  const std::vector<std::vector<unsigned char>> inputs_before = buf;
+  std::vector<double> pvals;
+  for (const auto& [k, v] : params.values) pvals.push_back(v);
+  c.op->spec->reference(c.entry, ref, params);
+
+  const opf_module_info* m = nullptr;
+  ASSERT_NO_THROW(m = emu_module(*c.op, c.warp));
+  opf_call call{c.entry.c_str(), tensors.data(), int32_t(n), pvals.data(), int32_t(pvals.size()), nullptr};
+  char err[512] = {};
+  ASSERT_EQ(m->run(m, &call, err, sizeof err), 0) << err;
+
+  for (size_t i = 0; i < n; ++i) {
+    const ArgDesc& a = desc.args[i];
+    const size_t es = dtype_size(a.dtype), count = ref[i].v.size();
+    for (size_t g = count * es; g < buf[i].size(); ++g)
+      ASSERT_EQ(buf[i][g], 0xff) << "kernel wrote past the end of '" << a.name << "'";
+    if (a.role == Role::in) {
+      EXPECT_TRUE(buf[i] == inputs_before[i]) << "kernel modified input '" << a.name << "'";
+      continue;
+    }
+    // Storage rounding of the result plus f32 accumulation over the reduction, relative to the
+    // output's scale; index bugs, a wrong divisor or a lost row are off by O(1).
+    double scale = 0;
+    for (double v : ref[i].v) scale = std::max(scale, std::fabs(v));
+    const double ua = dtype_unit_roundoff(a.dtype);
+    size_t bad = 0, first = 0;
+    double first_got = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const double got = decode(a.dtype, &buf[i][j * es]), want = ref[i].v[j];
+      const double tol = 2 * ua * std::fabs(want) + 0x1p-14 * scale;
+      if (!(std::fabs(got - want) <= tol)) {
+        if (bad++ == 0) {
+          first = j;
+          first_got = got;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0u) << "'" << a.name << "': " << bad << " of " << count << " elements out of tolerance; first at "
+                       << first << ": got " << first_got << ", want " << ref[i].v[first] << "\nrepro: OPFORGE_SEED="
+                       << base_seed() << " gpu_emulation_test --gtest_filter='emu." << c.name << "'";
+  }
+}
+
+class EmuTest : public ::testing::Test {
+ public:
+  explicit EmuTest(Case c) : c_(std::move(c)) {}
+  void TestBody() override { run_case(c_); }
+
+ private:
+  Case c_;
+};
+
+void register_cases() {
+  for (const OpInfo& op : op_table()) {
+    if (!op.has_backend("cuda") && !op.has_backend("hip")) continue;
+    for (int warp : {32, 64})
+      for (const auto& dname : op.dtypes)
+        // The warp size changes only reductions, the dtype only loads and stores: wave64 runs
+        // once, in the first dtype, which keeps the suite to seconds.
+        if (warp == 32 || dname == op.dtypes.front())
+          for (const auto& entry : op.entries)
+            for (const auto& shape : op.cases) {
+              std::string sname;
+              for (auto d : shape) sname += (sname.empty() ? "" : "x") + std::to_string(d);
+              Case c{&op, warp, *dtype_from_name(dname), entry, shape,
+                     op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry + "/" + sname};
+              const std::string name = c.name;
+              ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                      [c]() -> ::testing::Test* { return new EmuTest(c); });
+            }
+  }
+}
+
+}  // namespace
+}  // namespace opf
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  opf::register_cases();
+  std::printf("gpu emulation suite: base seed %" PRIu64 "\n", opf::base_seed());
+  return RUN_ALL_TESTS();
+}
