@@ -28,6 +28,7 @@
 
 namespace opf::scaled_masked_softmax_cpu {
 constexpr float kMaskedScore = -10000.0f;  // apex's fill for masked scores
+constexpr float kExpFloor = -87.0f;        // exp(-87) ~ 1.6e-38: the smallest normal range
 struct Forward {
   int32_t dtype;
   int64_t batch, heads, sq, sk;
@@ -51,7 +52,6 @@ struct Backward {
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/aligned_allocator.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "cpu/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -90,15 +90,18 @@ void ForwardT(const Forward& a) {
       mx = std::max(mx, z[j]);
     }
 
-    const auto vmx = hn::Set(d, mx);
+    // exp(t) for t < kExpFloor is below FLT_MIN: flushed to 0 rather than computed as a
+    // subnormal (masked entries, t ~ -10000, are common; subnormal arithmetic is slow)
+    const auto vmx = hn::Set(d, mx), vfloor = hn::Set(d, kExpFloor);
     auto s0 = hn::Zero(d);
     for (j = 0; j + N <= n; j += N) {
-      const auto e = hn::Exp(d, hn::Sub(hn::Load(d, z.get() + j), vmx));
+      const auto t = hn::Sub(hn::Load(d, z.get() + j), vmx);
+      const auto e = hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpNormalRange(d, hn::Max(t, vfloor)));
       hn::Store(e, d, z.get() + j);
       s0 = hn::Add(s0, e);
     }
     float sum = SumLanes(d, s0);
-    for (; j < n; ++j) sum += (z[j] = std::exp(z[j] - mx));
+    for (; j < n; ++j) sum += (z[j] = z[j] - mx < kExpFloor ? 0.0f : std::exp(z[j] - mx));
 
     const float inv = 1.0f / sum;
     const auto vinv = hn::Set(d, inv);
