@@ -317,6 +317,15 @@ void remove_tree(const std::string& path) {
   fs::remove_all(path, ec);
 }
 
+void remove_stale_temps(const std::string& dir, const std::string& key) {
+  std::error_code ec;
+  const std::string prefix = ".tmp." + key + ".";
+  std::vector<fs::path> stale;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->path().filename().string().rfind(prefix, 0) == 0) stale.push_back(it->path());
+  for (const auto& p : stale) remove_tree(p.string());
+}
+
 void write_sidecar(const std::string& dir, const Sidecar& s) {
   std::ostringstream o;
   o << "{\n";

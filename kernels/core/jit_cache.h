@@ -61,6 +61,8 @@ EntryCheck check_entry(const std::string& entry_dir, const std::string& artefact
 // Creates dir and its parents; throws a one-line error when it cannot or is not writable.
 void make_dirs(const std::string& dir);
 void remove_tree(const std::string& path);  // best effort, like rm -rf
+// Removes <dir>/.tmp.<key>.* — call only while holding that key's lock.
+void remove_stale_temps(const std::string& dir, const std::string& key);
 
 struct Sidecar {
   std::string op, backend, key, status;  // status: "ok" | "failed"

@@ -189,8 +189,10 @@ struct Loader::Impl {
       }
     }
 
+    // Holding the key's lock means every other builder of this key is gone: their temp dirs
+    // (killed builders, or ours from a reused pid) are abandoned.
+    jit::remove_stale_temps(dir, key.key);
     const std::string tmp = dir + "/.tmp." + key.key + "." + std::to_string(::getpid());
-    jit::remove_tree(tmp);  // a dead builder with our pid (pid reuse) may have left one
     jit::make_dirs(tmp);
     const std::string tmp_art = tmp + "/" + artefact, tmp_log = tmp + "/" + jit::kLog;
     jit::Sidecar side{op.name, be.name(), key.key, "ok", artefact, 0, "", 0, &key, ""};
@@ -252,6 +254,9 @@ const LoadedModule& Loader::load(const OpInfo& op, std::string_view backend) {
   if (!op.has_backend(backend))
     throw Error("op '" + op.name + "' has no enabled backend '" + std::string(backend) + "' in this build");
   detail::Backend& be = impl_->require_backend(backend);
+  // A module that cannot run here is not worth compiling (and GPU modules cannot be opened).
+  if (const Availability a = be.availability(); !a.ok)
+    throw Error("cannot load " + id + ": backend '" + std::string(backend) + "' cannot run here: " + a.reason);
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModule m;
   // A tuning override or OPFORGE_FORCE_JIT means the prebuilt module is not what was asked for.
