@@ -55,6 +55,15 @@ class KernelTest : public ::testing::Test {
   explicit KernelTest(KernelCase c) : c_(std::move(c)) {}
 
   void TestBody() override {
+    try {
+      run_variants();
+    } catch (const std::exception& e) {  // a module that cannot be loaded, a fill that cannot be drawn
+      ADD_FAILURE() << e.what() << "\n" << repro(c_);
+    }
+  }
+
+ private:
+  void run_variants() {
     Loader& loader = Loader::instance();
     const Availability av = loader.availability(c_.backend);
     if (!av.ok) GTEST_SKIP() << "backend " << c_.backend << " not available here: " << av.reason;
@@ -87,7 +96,6 @@ class KernelTest : public ::testing::Test {
     if (ran == 0) GTEST_SKIP() << "every fill variant exceeds the dtype's range for this case";
   }
 
- private:
   void check(const DrawnCase& d, const StagedCase& staged, Variant v) {
     const std::string vname(variant_name(v));
     for (size_t i = 0; i < d.host.size(); ++i) {
