@@ -2,6 +2,7 @@
 // whether it is enabled, prebuilt, compatible here (and why not), and its JIT cache state, under
 // a header with the toolchains Meson resolved.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct Row {
   std::string reason;
   CacheState cache;
   bool jit_used = false;  // would a load go through the JIT cache?
+  std::string failed_log;  // compile log of the last failed build of this key, if any
 };
 
 std::string json_str(const std::string& s) {
@@ -53,6 +55,8 @@ std::vector<Row> collect() {
       r.compatible = a.ok;
       r.reason = a.reason;
       if (r.enabled) r.cache = loader.cache_state(op, b);
+      if (!r.cache.dir.empty() && std::filesystem::exists(r.cache.dir + ".failed/compile.log"))
+        r.failed_log = r.cache.dir + ".failed/compile.log";
       r.jit_used = r.enabled && !r.prebuilt;
       rows.push_back(std::move(r));
     }
@@ -64,6 +68,7 @@ std::string cache_text(const Row& r) {
   if (!r.enabled) return "-";
   if (r.cache.key.empty()) return "no key (sources not found)";
   std::string s = (r.cache.present ? "cached " : "not cached ") + r.cache.key.substr(0, 12);
+  if (!r.cache.present && !r.failed_log.empty()) s += " (last build failed: " + r.failed_log + ")";
   if (!r.jit_used) s += " (unused: prebuilt)";
   return s;
 }
@@ -157,7 +162,7 @@ int print_json() {
          ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json_str(r.reason) +
          ", \"jit\": " + (r.jit_used ? "true" : "false") +
          ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) + ", \"present\": " + (r.cache.present ? "true" : "false") +
-         ", \"dir\": " + json_str(r.cache.dir) + "}}";
+         ", \"dir\": " + json_str(r.cache.dir) + ", \"failed_log\": " + json_str(r.failed_log) + "}}";
   }
   o += "\n  ]\n}\n";
   std::fputs(o.c_str(), stdout);

@@ -166,11 +166,15 @@ class CpuBackend final : public Backend {
 
  private:
   std::vector<std::string> command_line(const OpInfo& op, const JitSource& src, const std::string& out) const {
-    // Mirrors kernels/meson.build's shared_module(): same standard, optimisation, NDEBUG,
-    // visibility and include dirs; adds -march=native (the JIT may target the host).
+    // Mirrors kernels/meson.build's shared_module() (checked against compile_commands.json):
+    // same standard, optimisation, NDEBUG, visibility, include dirs and libhwy's pkg-config
+    // cflags (HWY_SHARED_DEFINE: hwy's functions keep default visibility under
+    // -fvisibility=hidden). Differs on purpose: -march=native with only the static Highway
+    // target (the JIT may target the host; prebuilt modules dispatch at run time).
     std::vector<std::string> argv = jit_compiler();
-    for (const char* f : {"-std=c++20", "-O3", "-DNDEBUG", "-fPIC", "-shared", "-march=native",
-                          "-fvisibility=hidden", "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})
+    for (const char* f : {"-std=c++20", "-O3", "-DNDEBUG", "-D_FILE_OFFSET_BITS=64", "-fPIC", "-shared",
+                          "-march=native", "-fvisibility=hidden", "-DHWY_SHARED_DEFINE",
+                          "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})
       argv.push_back(f);
     for (const auto& d : src.include_dirs) argv.push_back("-I" + d);
     for (const auto& d : src.defines) argv.push_back("-D" + d);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -30,9 +31,11 @@ std::string_view module_source_name(ModuleSource s) {
 }
 
 std::string cache_root() {
-  if (const char* d = std::getenv("OPFORGE_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/opforge";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/opforge";
+  // absolute, so sidecars, error messages and `opforge clean` name the same place from any cwd
+  auto absolute = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+  if (const char* d = std::getenv("OPFORGE_CACHE_DIR"); d && *d) return absolute(d);
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return absolute(std::string(x) + "/opforge");
+  if (const char* h = std::getenv("HOME"); h && *h) return absolute(std::string(h) + "/.cache/opforge");
   throw Error("no cache directory: set OPFORGE_CACHE_DIR (HOME and XDG_CACHE_HOME are unset)");
 }
 
