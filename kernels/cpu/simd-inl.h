@@ -15,6 +15,7 @@
 #include <cstddef>
 
 #include "cpu/storage.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -149,6 +150,19 @@ HWY_INLINE hn::Vec<D> ExpNormalRange(D d, hn::Vec<D> t) {
   p = hn::MulAdd(hn::Mul(p, f), f, f);  // expm1(f)
   const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
   return hn::MulAdd(p, scale, scale);
+}
+
+// Prefetches the cache lines of p[0, n): for rows the next pass will need while this one works
+// from cache (the hardware prefetcher alone leaves the row-by-row passes waiting on memory).
+template <class T>
+HWY_INLINE void PrefetchSpan(const T* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (size_t b = 0; b < n * sizeof(T); b += 64) hwy::Prefetch(c + b);
+}
+template <class T>
+HWY_INLINE void PrefetchSpanForWrite(T* p, size_t n) {
+  char* c = reinterpret_cast<char*>(p);
+  for (size_t b = 0; b < n * sizeof(T); b += 64) __builtin_prefetch(c + b, 1, 3);
 }
 
 // Masked-out lanes for a u8 mask row (nonzero = masked): one f32 mask per vector.

@@ -122,8 +122,13 @@ void ForwardT(const Forward& a) {
 
     const auto vm0 = hn::Set(d, mean0);
     auto s0 = hn::Zero(d), s1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
+    // this pass and the next run from cache: fetch the next row meanwhile
+    const S* x_next = i + 1 < a.rows ? x + a.cols : x;
+    S* y_next = i + 1 < a.rows ? y + a.cols : y;
     size_t j = 0;
     for (; j + 2 * N <= n; j += 2 * N) {
+      PrefetchSpan(x_next + j, 2 * N);
+      PrefetchSpanForWrite(y_next + j, 2 * N);
       const auto d0 = hn::Sub(hn::LoadU(d, xf + j), vm0), d1 = hn::Sub(hn::LoadU(d, xf + j + N), vm0);
       s0 = hn::Add(s0, d0);
       s1 = hn::Add(s1, d1);
@@ -207,7 +212,11 @@ void BackwardT(const Backward& a) {
     const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
+    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
     for (j = 0; j + N <= n; j += N) {
+      PrefetchSpan(x + next + j, N);
+      PrefetchSpan(dy + next + j, N);
+      PrefetchSpanForWrite(dx + next + j, N);
       const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + j), vm), vr);
       const auto gd = hn::Mul(hn::LoadU(d, g + j), hn::LoadU(d, dyf + j));
       StoreRound(d, hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1))), dx + j);

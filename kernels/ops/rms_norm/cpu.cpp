@@ -109,8 +109,12 @@ void ForwardT(const Forward& a) {
 
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const auto vr = hn::Set(d, r);
-    for (j = 0; j + N <= n; j += N)
+    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
+    for (j = 0; j + N <= n; j += N) {
+      PrefetchSpan(x + next + j, N);
+      PrefetchSpanForWrite(y + next + j, N);
       StoreRound(d, hn::Mul(hn::Mul(hn::LoadU(d, xf + j), vr), hn::LoadU(d, g + j)), y + j);
+    }
     for (; j < n; ++j) y[j] = from_f32<S>(xf[j] * r * g[j]);
     a.rstd[i] = r;
   }
@@ -160,7 +164,11 @@ void BackwardT(const Backward& a) {
     const auto vc2 = hn::Set(d, c2);
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
+    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
     for (j = 0; j + N <= n; j += N) {
+      PrefetchSpan(x + next + j, N);
+      PrefetchSpan(dy + next + j, N);
+      PrefetchSpanForWrite(dx + next + j, N);
       const auto xh = hn::Mul(hn::LoadU(d, xf + j), vr);
       const auto gd = hn::Mul(hn::LoadU(d, g + j), hn::LoadU(d, dyf + j));
       StoreRound(d, hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd)), dx + j);

@@ -94,7 +94,14 @@ void ForwardT(const Forward& a) {
     // subnormal (masked entries, t ~ -10000, are common; subnormal arithmetic is slow)
     const auto vmx = hn::Set(d, mx), vfloor = hn::Set(d, kExpFloor);
     auto s0 = hn::Zero(d);
+    // passes 2 and 3 run from cache: fetch the next row meanwhile
+    const int64_t next = r + 1 < rows ? a.sk : 0;
+    const uint8_t* m_next = a.mask + (((r + 1) / (a.heads * a.sq)) * a.sq + (r + 1) % a.sq) * a.sk;
+    if (next == 0) m_next = m;
     for (j = 0; j + N <= n; j += N) {
+      PrefetchSpan(x + next + j, N);
+      PrefetchSpanForWrite(y + next + j, N);
+      if (j % 64 == 0) PrefetchSpan(m_next + j, 1);
       const auto t = hn::Sub(hn::Load(d, z.get() + j), vmx);
       const auto e = hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpNormalRange(d, hn::Max(t, vfloor)));
       hn::Store(e, d, z.get() + j);
@@ -129,7 +136,10 @@ void BackwardT(const Backward& a) {
     for (; j < n; ++j) dot += to_f32(dy[j]) * to_f32(y[j]);
 
     const auto vdot = hn::Set(d, dot);
+    const int64_t next = r + 1 < a.rows ? a.sk : 0;  // this pass runs from cache: fetch the next row
     for (j = 0; j + N <= n; j += N) {
+      PrefetchSpan(dy + next + j, N);
+      PrefetchSpan(y + next + j, N);
       const auto yv = LoadWiden(d, y + j);
       StoreRound(d, hn::Mul(hn::Mul(vscale, yv), hn::Sub(LoadWiden(d, dy + j), vdot)), dy + j);
     }
