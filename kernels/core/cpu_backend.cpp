@@ -53,17 +53,20 @@ class HostDevice final : public Device {
 };
 
 // What -march=native resolves to depends on the host: model name and feature flags.
-std::string host_cpu_identity() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(in, line) && (model.empty() || flags.empty())) {
-    auto pos = line.find(':');
-    if (pos == std::string::npos) continue;
-    std::string value = pos + 2 <= line.size() ? line.substr(pos + 2) : "";
-    if (model.empty() && line.rfind("model name", 0) == 0) model = value;
-    if (flags.empty() && line.rfind("flags", 0) == 0) flags = value;
-  }
-  return "cpu-model=" + model + ";flags=" + flags;
+const std::string& host_cpu_identity() {
+  static const std::string id = [] {  // /proc/cpuinfo is generated on every read: read it once
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(in, line) && (model.empty() || flags.empty())) {
+      auto pos = line.find(':');
+      if (pos == std::string::npos) continue;
+      std::string value = pos + 2 <= line.size() ? line.substr(pos + 2) : "";
+      if (model.empty() && line.rfind("model name", 0) == 0) model = value;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = value;
+    }
+    return "cpu-model=" + model + ";flags=" + flags;
+  }();
+  return id;
 }
 
 // ccache would turn a JIT compile into a cache lookup of its own (and hide compile failures'
@@ -135,6 +138,8 @@ class CpuBackend final : public Backend {
 
   const opf_module_info* open(const OpInfo& op, const std::string& path) override {
     std::lock_guard lock(mu_);
+    // dlopen() of an already loaded path returns the same handle anyway; keep one reference.
+    if (auto it = opened_.find(path); it != opened_.end()) return it->second;
     // RTLD_LOCAL: every module exports the same symbol name; RTLD_NOW: fail here, not mid-call.
     void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) throw Error("cannot load module " + path + ": " + ::dlerror());
@@ -158,7 +163,7 @@ class CpuBackend final : public Backend {
       ::dlclose(h);
       throw Error("module " + path + " rejected: " + why);
     }
-    handles_.push_back(h);  // kept open for the life of the process: callers hold info pointers
+    opened_[path] = info;  // never dlclose()d: callers hold info pointers for the process's life
     return info;
   }
 
@@ -187,7 +192,7 @@ class CpuBackend final : public Backend {
   }
 
   std::mutex mu_;
-  std::vector<void*> handles_;
+  std::unordered_map<std::string, const opf_module_info*> opened_;
   HostDevice device_;
 };
 
