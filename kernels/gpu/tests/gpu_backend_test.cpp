@@ -166,6 +166,32 @@ TEST(CudaJit, CompileErrorNamesTheLog) {
   }
 }
 
+// The loader's JIT path: with a device, NVRTC compiles once and the second load is a cache hit;
+// without one, the loader refuses with the backend's reason before compiling anything.
+TEST(CudaJit, LoaderCompilesOnceOrRefusesWithTheReason) {
+  TempDir cache;
+  ::setenv("OPFORGE_CACHE_DIR", cache.path.c_str(), 1);
+  ::setenv("OPFORGE_FORCE_JIT", "1", 1);
+  Loader& l = Loader::instance();
+  l.forget();
+  const Availability a = l.availability("cuda");
+  const int compiles0 = l.stats().compiles;
+  for (int round = 0; round < 2; ++round) {
+    try {
+      const LoadedModule& m = l.load(layer_norm(), "cuda");
+      EXPECT_TRUE(a.ok) << "loaded a CUDA module without a device";
+      EXPECT_EQ(m.source, round == 0 ? ModuleSource::jit_compiled : ModuleSource::jit_cache);
+    } catch (const Error& e) {
+      EXPECT_FALSE(a.ok) << e.what();
+      EXPECT_NE(std::string(e.what()).find(a.reason), std::string::npos) << e.what();
+    }
+    l.forget();
+  }
+  EXPECT_EQ(l.stats().compiles - compiles0, a.ok ? 1 : 0);
+  ::unsetenv("OPFORGE_FORCE_JIT");
+  ::unsetenv("OPFORGE_CACHE_DIR");
+}
+
 TEST(CudaPrebuilt, FatbinHasEveryArchAndKernel) {
   const OpInfo& op = layer_norm();
   if (!op.is_prebuilt("cuda")) GTEST_SKIP() << "mode=" << build::mode() << ": layer_norm/cuda is not prebuilt";
