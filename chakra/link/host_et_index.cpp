@@ -15,8 +15,10 @@ namespace {
 
 std::string problem_of(simdjson::error_code e) {
   switch (e) {
-    case simdjson::NUMBER_OUT_OF_RANGE: return "integer does not fit in 64 bits";
-    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT:
+    case simdjson::NUMBER_OUT_OF_RANGE:
+    case simdjson::NUMBER_ERROR: return "number out of range or malformed (integers must fit in 64 bits)";
+    case simdjson::UNCLOSED_STRING: return "truncated or malformed JSON: a string is never closed";
+    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT: return "truncated JSON: an object or array is not closed";
     case simdjson::TAPE_ERROR: return "truncated or malformed JSON (" + std::string(simdjson::error_message(e)) + ")";
     default: return std::string("invalid JSON: ") + simdjson::error_message(e);
   }
@@ -50,6 +52,14 @@ bool get_int(dom::element v, int64_t& out) {
   return false;
 }
 
+
+// Where a document-level failure is: structure left open means the text stops early.
+std::string doc_where(simdjson::error_code e, size_t length) {
+  if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
+    return "byte " + std::to_string(length) + " (end of file)";
+  return "byte 0";
+}
+
 }  // namespace
 
 HostEtIndex index_host_et(const std::string& path) {
@@ -61,7 +71,7 @@ HostEtIndex index_host_et(const std::string& path) {
   od::parser parser;
   od::document doc;
   if (auto e = parser.iterate(base, h.text.length, h.text.buf.size()).get(doc))
-    throw InputError(path, "byte 0", problem_of(e));
+    throw InputError(path, doc_where(e, h.text.length), problem_of(e));
   auto where = [&]() -> std::string {
     const char* p = nullptr;
     if (doc.current_location().get(p)) return "";
@@ -69,7 +79,8 @@ HostEtIndex index_host_et(const std::string& path) {
   };
   od::object root;
   if (auto e = doc.get_object().get(root))
-    throw InputError(path, "byte 0", e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
+    throw InputError(path, doc_where(e, h.text.length),
+                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
 
   dom::parser node_parser;
   std::unordered_map<int64_t, uint32_t> ids;
@@ -136,13 +147,18 @@ HostEtIndex index_host_et(const std::string& path) {
           if (v.is_string()) n.name = h.pool.intern(std::string_view(v));
         } else if (fk == "rf_id") {
           if (get_int(v, n.rf_id)) n.has_rf_id = true;
+        } else if (fk == "tid") {
+          get_int(v, n.tid);
         } else if (fk == "attrs" && v.is_array()) {
           for (auto a : dom::array(v)) {
             std::string_view an;
-            if (a["name"].get(an) || an != "rf_id") continue;
+            if (!a.is_object() || a["name"].get(an)) continue;
             dom::element av;
-            if (!a["value"].get(av) && get_int(av, n.rf_id)) n.has_rf_id = true;
-            break;
+            if (an == "rf_id") {
+              if (!a["value"].get(av) && get_int(av, n.rf_id)) n.has_rf_id = true;
+            } else if (an == "tid") {
+              if (!a["value"].get(av)) get_int(av, n.tid);
+            }
           }
         }
       }

@@ -22,6 +22,7 @@ struct HostNodeIndex {
   int64_t id = 0;
   int64_t parent = 0;
   int64_t rf_id = 0;
+  int64_t tid = 0;          // the host "tid" attribute (flat field in 1.0.1), 0 when absent
   uint64_t begin = 0;       // byte range of the node object in the text
   uint32_t length = 0;
   ParentKind parent_kind = ParentKind::absent;

@@ -125,11 +125,21 @@ bool to_int(const Scalar& s, int64_t& out) {
 
 std::string problem_of(simdjson::error_code e) {
   switch (e) {
-    case simdjson::NUMBER_OUT_OF_RANGE: return "integer does not fit in 64 bits";
-    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT:
+    case simdjson::NUMBER_OUT_OF_RANGE:
+    case simdjson::NUMBER_ERROR: return "number out of range or malformed (integers must fit in 64 bits)";
+    case simdjson::UNCLOSED_STRING: return "truncated or malformed JSON: a string is never closed";
+    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT: return "truncated JSON: an object or array is not closed";
     case simdjson::TAPE_ERROR: return "truncated or malformed JSON (" + std::string(simdjson::error_message(e)) + ")";
     default: return std::string("invalid JSON: ") + simdjson::error_message(e);
   }
+}
+
+
+// Where a document-level failure is: structure left open means the text stops early.
+std::string doc_where(simdjson::error_code e, size_t length) {
+  if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
+    return "byte " + std::to_string(length) + " (end of file)";
+  return "byte 0";
 }
 
 }  // namespace
@@ -144,11 +154,11 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   od::parser parser;
   od::document doc;
   if (auto e = parser.iterate(in.data(), in.length, in.buf.size()).get(doc))
-    throw InputError(path, "byte 0", problem_of(e));
+    throw InputError(path, doc_where(e, in.length), problem_of(e));
   od::object root;
   if (auto e = doc.get_object().get(root))
-    throw InputError(path, "byte 0", e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object"
-                                                                   : problem_of(e));
+    throw InputError(path, doc_where(e, in.length), e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object"
+                                                                                  : problem_of(e));
   std::unordered_map<std::string, uint32_t> tid_index;
   bool saw_events = false;
   size_t ev = 0;

@@ -32,6 +32,7 @@ inline int py_cmp(const PyNum& a, const PyNum& b) {
 inline bool operator<(const PyNum& a, const PyNum& b) { return py_cmp(a, b) < 0; }
 inline bool operator<=(const PyNum& a, const PyNum& b) { return py_cmp(a, b) <= 0; }
 inline bool operator>(const PyNum& a, const PyNum& b) { return py_cmp(a, b) > 0; }
+inline bool operator>=(const PyNum& a, const PyNum& b) { return py_cmp(a, b) >= 0; }
 
 inline PyNum py_add(const PyNum& a, const PyNum& b) {
   if (a.is_int && b.is_int) {

@@ -169,29 +169,68 @@ LinkStats link_traces(const LinkOptions& opt) {
         use_rf = true;
         break;
       }
-  int64_t offset = 0;
+  // External-id mode: per host thread, External id = rf_id + offset (older PyTorch numbers the
+  // ops of each thread from its own base). The offset is voted by ops with rare names, then
+  // the best few candidates are scored by how many names agree.
+  std::unordered_map<int64_t, int64_t> offset_of_tid;
   if (!use_rf) {
-    // External id = rf_id + offset; pick the offset under which most host names agree.
     std::unordered_map<int64_t, uint32_t> by_ext;
     by_ext.reserve(ncpu * 2);
+    std::unordered_map<std::string_view, std::vector<int64_t>> exts_of_name;
     for (uint32_t i = 0; i < ncpu; ++i)
-      if (kt.cpu[i].external_id != kNoExternalId) by_ext[kt.cpu[i].external_id] = i;
-    size_t best = 0;
-    for (int64_t d : {0, 1, -1, 2, -2}) {
-      size_t score = 0;
-      for (auto& n : host.nodes) {
-        if (!n.has_rf_id) continue;
-        auto it = by_ext.find(n.rf_id + d);
-        if (it != by_ext.end() && kt.cpu[it->second].name == n.name) ++score;
+      if (kt.cpu[i].external_id != kNoExternalId) {
+        by_ext[kt.cpu[i].external_id] = i;
+        exts_of_name[kt.cpu[i].name].push_back(kt.cpu[i].external_id);
       }
-      if (score > best) {
-        best = score;
-        offset = d;
+    std::unordered_map<int64_t, std::vector<uint32_t>> host_by_tid;
+    for (uint32_t i = 0; i < nhost; ++i)
+      if (host.nodes[i].has_rf_id) host_by_tid[host.nodes[i].tid].push_back(i);
+    for (auto& [tid, members] : host_by_tid) {
+      std::vector<std::pair<size_t, uint32_t>> rare;   // (occurrences in Kineto, host node)
+      for (uint32_t i : members) {
+        auto it = exts_of_name.find(host.nodes[i].name);
+        if (it != exts_of_name.end()) rare.emplace_back(it->second.size(), i);
       }
+      std::sort(rare.begin(), rare.end());
+      std::unordered_map<int64_t, size_t> votes;
+      size_t budget = 0;
+      for (auto& [count, i] : rare) {
+        if (budget > 200000) break;
+        for (int64_t x : exts_of_name[host.nodes[i].name]) ++votes[x - host.nodes[i].rf_id];
+        budget += count;
+      }
+      std::vector<std::pair<size_t, int64_t>> cands;
+      for (auto& [d, v] : votes) cands.emplace_back(v, d);
+      std::sort(cands.begin(), cands.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : std::llabs(a.second) < std::llabs(b.second); });
+      if (cands.size() > 8) cands.resize(8);
+      for (int64_t d : {0, 1}) cands.emplace_back(0, d);   // the documented cases, if nothing better
+      size_t best = 0;
+      int64_t best_d = 0;
+      for (auto& [v, d] : cands) {
+        size_t score = 0;
+        for (uint32_t i : members) {
+          auto it = by_ext.find(host.nodes[i].rf_id + d);
+          if (it != by_ext.end() && kt.cpu[it->second].name == host.nodes[i].name) ++score;
+        }
+        if (score > best) {
+          best = score;
+          best_d = d;
+        }
+      }
+      offset_of_tid[tid] = best_d;
+      if (members.size() > st.external_id_offset_nodes) {
+        st.external_id_offset_nodes = members.size();
+        st.external_id_offset = best_d;
+      }
+    }
+    std::vector<std::pair<int64_t, int64_t>> sorted_offsets(offset_of_tid.begin(), offset_of_tid.end());
+    std::sort(sorted_offsets.begin(), sorted_offsets.end());
+    for (auto& [tid, d] : sorted_offsets) {
+      if (!st.external_id_offsets.empty()) st.external_id_offsets += ", ";
+      st.external_id_offsets += "host tid " + std::to_string(tid) + ": " + (d >= 0 ? "+" : "") + std::to_string(d);
     }
   }
   st.match_key = use_rf ? "Record function id" : "External id";
-  st.external_id_offset = offset;
   for (uint32_t i = 0; i < ncpu; ++i) {
     auto& op = kt.cpu[i];
     if (use_rf && op.has_rf_id) {
@@ -199,7 +238,7 @@ LinkStats link_traces(const LinkOptions& opt) {
       cl[i].key = op.rf_id;
     } else if (!use_rf && op.external_id != kNoExternalId) {
       cl[i].has_key = true;
-      cl[i].key = op.external_id - offset;
+      cl[i].key = op.external_id;
     }
   }
   std::unordered_map<int64_t, uint32_t> by_key;   // last writer in ts order, as the reference
@@ -417,12 +456,23 @@ LinkStats link_traces(const LinkOptions& opt) {
     const auto& n = host.nodes[h];
     if (!eligible[h] || !n.has_rf_id) continue;
     ++st.candidates;
-    auto it = by_key.find(n.rf_id);
+    int64_t key = n.rf_id;
+    if (!use_rf) {
+      auto oit = offset_of_tid.find(n.tid);
+      key += oit == offset_of_tid.end() ? 0 : oit->second;
+    }
+    auto it = by_key.find(key);
     if (it == by_key.end()) continue;
     const uint32_t k = it->second;
+    // a guessed offset is only trusted where the op names agree
+    if (!use_rf && kt.cpu[k].name != n.name) {
+      ++st.matched_name_mismatch;
+      continue;
+    }
     cpu_host[k] = int32_t(h);
     match[h] = int32_t(k);
     ++st.matched;
+    if (use_rf && kt.cpu[k].name != n.name) ++st.matched_name_mismatch;
     if (cl[k].has_itd) {
       auto dit = by_key.find(cl[k].itd_key);
       if (dit != by_key.end() && cpu_host[dit->second] != kNone) itd_node[h] = cpu_host[dit->second];

@@ -1,0 +1,137 @@
+#include "et_scale.h"
+
+#include <simdjson.h>
+
+#include <unordered_set>
+
+#include "atomic_output.h"
+#include "host_et_index.h"
+#include "input_error.h"
+#include "py_json.h"
+
+namespace opf::chakra {
+
+namespace dom = simdjson::dom;
+
+bool is_et_root_name(std::string_view n) {
+  return n == "[pytorch|profiler|execution_trace|process]" || n == "[pytorch|profiler|execution_trace|thread]" ||
+         n == "[pytorch|profiler|execution_graph|process]" || n == "[pytorch|profiler|execution_graph|thread]";
+}
+
+ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path, int64_t times) {
+  if (times < 1) throw InputError(in_path, "", "replication factor must be >= 1");
+  HostEtIndex h = index_host_et(in_path);
+  ScaleStats st;
+  st.input_nodes = h.nodes.size();
+  int64_t max_id = 0, max_rf = 0;
+  std::unordered_set<int64_t> root_ids;
+  for (auto& n : h.nodes) {
+    max_id = std::max(max_id, n.id);
+    if (n.has_rf_id) max_rf = std::max(max_rf, n.rf_id);
+    if (is_et_root_name(n.name)) root_ids.insert(n.id);
+  }
+  st.root_nodes = root_ids.size();
+  const int64_t stride = max_id + 1, rf_stride = max_rf + 1;
+  // roots before the first replicated node stay in front, the others go after the copies
+  size_t first_body = h.nodes.size();
+  for (size_t i = 0; i < h.nodes.size(); ++i)
+    if (!root_ids.count(h.nodes[i].id)) {
+      first_body = i;
+      break;
+    }
+
+  AtomicOutput out(out_path);
+  std::string buf;
+  dom::parser parser;
+  bool first_node = true;
+  auto emit = [&](const HostNodeIndex& n, int64_t k) {
+    dom::element el;
+    if (auto e = parser.parse(h.text.data() + n.begin, n.length, false).get(el))
+      throw InputError(in_path, "node id " + std::to_string(n.id), simdjson::error_message(e));
+    const bool root = root_ids.count(n.id) > 0;
+    const int64_t shift = root ? 0 : k * stride;
+    if (!first_node) buf += ",\n";
+    first_node = false;
+    buf += "    {";
+    bool first = true;
+    for (auto f : dom::object(el)) {
+      if (!first) buf += ", ";
+      first = false;
+      py_json_string(f.key, buf);
+      buf += ": ";
+      const std::string_view key = f.key;
+      if (key == "id") {
+        buf += std::to_string(n.id + shift);
+      } else if ((key == "ctrl_deps" || key == "parent") && n.parent_kind == ParentKind::integer) {
+        buf += std::to_string(root_ids.count(n.parent) ? n.parent : n.parent + shift);
+      } else if (key == "rf_id" && n.has_rf_id && !root) {
+        buf += std::to_string(n.rf_id + k * rf_stride);
+      } else if (key == "attrs" && f.value.is_array() && !root) {
+        buf.push_back('[');
+        bool fa = true;
+        for (auto a : dom::array(f.value)) {
+          if (!fa) buf += ", ";
+          fa = false;
+          std::string_view an;
+          if (a.is_object() && !a["name"].get(an) && an == "rf_id" && n.has_rf_id) {
+            buf.push_back('{');
+            bool fo = true;
+            for (auto af : dom::object(a)) {
+              if (!fo) buf += ", ";
+              fo = false;
+              py_json_string(af.key, buf);
+              buf += ": ";
+              if (std::string_view(af.key) == "value")
+                buf += std::to_string(n.rf_id + k * rf_stride);
+              else
+                py_json_element_compact(af.value, buf);
+            }
+            buf.push_back('}');
+          } else {
+            py_json_element_compact(a, buf);
+          }
+        }
+        buf.push_back(']');
+      } else {
+        py_json_element_compact(f.value, buf);
+      }
+    }
+    buf.push_back('}');
+    ++st.output_nodes;
+    if (buf.size() > (1 << 20)) {
+      out.write(buf);
+      buf.clear();
+    }
+  };
+
+  buf += "{";
+  bool first_top = true;
+  for (auto& [key, raw] : h.top_level) {
+    if (!first_top) buf += ",";
+    first_top = false;
+    buf += "\n  ";
+    py_json_string(key, buf);
+    buf += ": ";
+    if (key != "nodes") {
+      dom::element v;
+      if (auto e = parser.parse(raw.data(), raw.size(), false).get(v))
+        throw InputError(in_path, key, simdjson::error_message(e));
+      py_json_element_compact(v, buf);
+      continue;
+    }
+    buf += "[\n";
+    for (size_t i = 0; i < first_body; ++i) emit(h.nodes[i], 0);
+    for (int64_t k = 0; k < times; ++k)
+      for (size_t i = first_body; i < h.nodes.size(); ++i)
+        if (!root_ids.count(h.nodes[i].id)) emit(h.nodes[i], k);
+    for (size_t i = first_body; i < h.nodes.size(); ++i)
+      if (root_ids.count(h.nodes[i].id)) emit(h.nodes[i], 0);
+    buf += "\n  ]";
+  }
+  buf += "\n}\n";
+  out.write(buf);
+  out.commit();
+  return st;
+}
+
+}  // namespace opf::chakra
