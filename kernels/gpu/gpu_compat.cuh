@@ -104,6 +104,24 @@ OPF_DEVICE void store(T* p, long long i, float v) {
   from_float(p[i], v);
 }
 
+// 16-byte packs: one load/store instruction moves 4 f32 or 8 f16/bf16 values. Usable when every
+// pointer involved is 16-byte aligned and the row length is a multiple of Pack<T>::n.
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int n = 16 / sizeof(T);
+  T v[n];
+};
+
+template <class T>
+OPF_DEVICE Pack<T> load_pack(const T* p, long long i) {  // elements i .. i + n - 1
+  return *reinterpret_cast<const Pack<T>*>(p + i);
+}
+template <class T>
+OPF_DEVICE void store_pack(T* p, long long i, const Pack<T>& v) {
+  *reinterpret_cast<Pack<T>*>(p + i) = v;
+}
+OPF_DEVICE bool aligned16(const void* p) { return ((unsigned long long)p & 15u) == 0; }
+
 // 1/sqrt: CUDA's rsqrtf (2 ulp), ROCm's 1/sqrtf, as the reference implementations do (ops.md P0-1).
 OPF_DEVICE float rsqrt(float v) {
 #if OPF_USE_HIP
