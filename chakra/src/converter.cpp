@@ -1,7 +1,10 @@
 #include "converter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <unordered_map>
 
 #include "atomic_output.h"
@@ -63,6 +66,27 @@ int comm_type_of(std::string_view name, bool extended) {
   }
   return -1;
 }
+
+// OPF_CHAKRA_PROFILE=1 prints phase times to stderr (for tuning; benchmarks use the CLI)
+struct PhaseTimer {
+  bool on = std::getenv("OPF_CHAKRA_PROFILE") != nullptr;
+  std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+  double cpu = cpu_ms();
+  static double cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  }
+  void mark(const char* what) {
+    if (!on) return;
+    auto now = std::chrono::steady_clock::now();
+    double c = cpu_ms();
+    std::fprintf(stderr, "[chakra] %-10s %7.1f ms wall %7.1f ms cpu\n", what,
+                 std::chrono::duration<double, std::milli>(now - t).count(), c - cpu);
+    t = now;
+    cpu = c;
+  }
+};
 
 class Converter {
  public:
@@ -316,7 +340,9 @@ ConvertStats Converter::run() {
   if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
   ReadOptions ro;
   ro.compat_reference = opt_.compat_reference;
+  PhaseTimer timer;
   tr_ = read_host_et(in_, ro);
+  timer.mark("read");
   const EtMetadata& m = tr_.meta;
   {
     const char* missing = !m.has_schema ? "schema" : !m.has_pid ? "pid" : !m.has_time ? "time"
@@ -406,7 +432,9 @@ ConvertStats Converter::run() {
     convert_node(i);
     for (uint32_t k = gpu_child_begin_[i]; k < gpu_child_begin_[i + 1]; ++k) convert_node(gpu_child_list_[k]);
   }
+  timer.mark("structure");
   encode_deps();
+  timer.mark("deps");
 
   // dangling nodes: no data deps and nobody depends on them (§3.7)
   {
@@ -471,7 +499,9 @@ ConvertStats Converter::run() {
     if (log_.enabled()) log_.line_error(is.where + ": " + is.problem);
     throw InputError(in_, is.where, is.problem);
   }
+  timer.mark("validate");
   write(final_order);
+  timer.mark("write");
   stats_.written_nodes = final_order.size();
   if (opt_.simulate) {
     if (log_.enabled()) log_.debug("Simulating execution of Chakra nodes based on data dependencies.");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,7 +58,7 @@ struct HostTrace {
   EtMetadata meta;
   EtSchema schema = EtSchema::chakra_0_0_4;
   std::vector<HostNode> nodes;     // JSON order
-  StringPool pool;
+  std::vector<std::unique_ptr<StringPool>> pools;   // text of the nodes (one per parser thread)
 };
 
 struct ReadOptions {

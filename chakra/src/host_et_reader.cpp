@@ -2,7 +2,14 @@
 // object on its own, and only the compact HostNode facts are kept.
 #include <simdjson.h>
 
+#include <atomic>
 #include <climits>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstring>
 
@@ -56,8 +63,12 @@ int64_t get_int(od::value v, const char* what) {
     problem(std::string(what) + " is an integer beyond 64 bits: " + std::string(v.raw_json_token()));
   check(e, what);
   if (nt == od::number_type::floating_point_number) problem(std::string(what) + " must be an integer, got " + std::string(v.raw_json_token()));
-  if (nt == od::number_type::unsigned_integer)
-    problem(std::string(what) + " does not fit in int64: " + std::string(v.raw_json_token()));
+  if (nt == od::number_type::unsigned_integer) {
+    uint64_t u;
+    bool fits_u64 = !v.get_uint64().get(u);
+    problem(std::string(what) + (fits_u64 ? " does not fit in int64: " : " is an integer beyond 64 bits: ") +
+            std::string(v.raw_json_token()));
+  }
   int64_t x;
   check(v.get_int64().get(x), what);
   return x;
@@ -179,7 +190,9 @@ void render(od::value v, std::string& out, const char* what) {
 }
 
 struct NodeReader {
-  HostTrace& tr;
+  const std::string& path;
+  StringPool& pool;
+  std::vector<HostNode>& out;
   bool flat;   // 1.0.1
   od::parser parser;
   std::string s_values, s_shapes, s_types, o_values, o_shapes, o_types;
@@ -187,7 +200,7 @@ struct NodeReader {
   std::vector<std::string> types;
   bool values_is_list = false, has_types = false;
 
-  std::string_view keep(const std::string& s, bool intern) { return intern ? tr.pool.intern(s) : tr.pool.add(s); }
+  std::string_view keep(const std::string& s, bool intern) { return intern ? pool.intern(s) : pool.add(s); }
 
   void read_io(od::value v, bool input) {
     od::object obj;
@@ -267,11 +280,11 @@ struct NodeReader {
       }
     }
     if (name == "op_schema") {
-      n.op_schema = tr.pool.intern(get_str(v, "op_schema"));
+      n.op_schema = pool.intern(get_str(v, "op_schema"));
       n.attr_present |= kOpSchemaBit;
     } else if (name == "pg_name" && pg_override) {
       if (is_null(v)) *pg_override = {};
-      else *pg_override = tr.pool.intern(get_str(v, "attr pg_name"));
+      else *pg_override = pool.intern(get_str(v, "attr pg_name"));
       *pg_set = true;
     } else if (name == "stream" && stream_set) {
       if (is_null(v)) n.stream_null = true;
@@ -297,7 +310,7 @@ struct NodeReader {
         od::value fv;
         check(f.value().get(fv), "attrs value");
         if (k == "name") {
-          name = tr.pool.intern(get_str(fv, "attr name"));
+          name = pool.intern(get_str(fv, "attr name"));
           has_name = true;
         } else if (k == "value") {
           if (!has_name) value_first = true;
@@ -344,7 +357,7 @@ struct NodeReader {
           n.id = get_int(v, "id");
           got_id = true;
         } else if (k == "name") {
-          n.name = tr.pool.intern(get_str(v, "name"));
+          n.name = pool.intern(get_str(v, "name"));
           got_name = true;
         } else if (k == (flat ? "parent" : "ctrl_deps")) {
           got_parent = true;
@@ -387,7 +400,7 @@ struct NodeReader {
           if (is_null(v)) n.stream_null = true;
           else n.stream = get_int(v, "stream"), n.stream_null = false;
         } else if (k == "pg_name") {
-          pg_top = is_null(v) ? std::string_view{} : tr.pool.intern(get_str(v, "pg_name"));
+          pg_top = is_null(v) ? std::string_view{} : pool.intern(get_str(v, "pg_name"));
         } else if (flat) {
           if (k == "inputs") {
             s_values.clear();
@@ -413,12 +426,12 @@ struct NodeReader {
       std::string where = "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]";
       if (got_id) where += ", id " + std::to_string(n.id);
       where += ")";
-      throw InputError(tr.path, where, p.what);
+      throw InputError(path, where, p.what);
     } catch (const simdjson::simdjson_error& e) {
       std::string where = "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]";
       if (got_id) where += ", id " + std::to_string(n.id);
       where += ")";
-      throw InputError(tr.path, where, sj_message(e.error()));
+      throw InputError(path, where, sj_message(e.error()));
     }
     auto where = [&] {
       return "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]" +
@@ -426,8 +439,8 @@ struct NodeReader {
     };
     const char* missing = !got_id ? "id" : !got_name ? "name" : !got_parent ? (flat ? "parent" : "ctrl_deps")
                         : !got_in ? "inputs" : !got_out ? "outputs" : nullptr;
-    if (missing) throw InputError(tr.path, where(), std::string("node lacks required key \"") + missing + "\"");
-    if (n.id < 0) throw InputError(tr.path, where(), "negative node id " + std::to_string(n.id));
+    if (missing) throw InputError(path, where(), std::string("node lacks required key \"") + missing + "\"");
+    if (n.id < 0) throw InputError(path, where(), "negative node id " + std::to_string(n.id));
     n.pg_name = pg_attr_set ? pg_attr : pg_top;
     n.in_values = keep(s_values, s_values.size() <= 16);
     n.in_shapes = keep(s_shapes, true);
@@ -454,7 +467,7 @@ struct NodeReader {
     n.comm_size_ok = ok;
     n.comm_size = ok ? int64_t(total) : 0;
     s_values.clear(); s_shapes.clear(); s_types.clear(); o_values.clear(); o_shapes.clear(); o_types.clear();
-    tr.nodes.push_back(std::move(n));
+    out.push_back(std::move(n));
   }
 };
 
@@ -463,13 +476,129 @@ const char* const kSupported004[] = {"1.0.2-chakra.0.0.4", "1.0.3-chakra.0.0.4",
 
 }  // namespace
 
+// Node objects are parsed in batches by worker threads while the calling thread inflates and
+// splits the input (the split is cheap, the parse is not). Results are joined in input order;
+// the first error in input order wins.
+class BatchParser {
+ public:
+  BatchParser(HostTrace& tr, bool flat, unsigned workers) : tr_(tr), flat_(flat) {
+    for (unsigned w = 0; w < workers; ++w) {
+      tr_.pools.push_back(std::make_unique<StringPool>());
+      threads_.emplace_back([this, w] { work(*tr_.pools[w]); });
+    }
+  }
+  ~BatchParser() { finish_threads(); }
+
+  void add(const JsonStream::Span& sp, size_t index) {
+    if (!cur_) {
+      cur_ = std::make_unique<Batch>();
+      cur_->first_index = index;
+    }
+    Batch& b = *cur_;
+    b.items.push_back({b.text.size(), sp.size, sp.offset});
+    b.text.insert(b.text.end(), sp.data, sp.data + sp.size);
+    if (b.text.size() >= kBatchBytes) submit();
+  }
+
+  // waits for all batches; moves the nodes into tr.nodes in input order; rethrows the first error
+  void finish() {
+    if (cur_) submit();
+    finish_threads();
+    size_t total = 0;
+    for (auto& b : done_) total += b->nodes.size();
+    tr_.nodes.reserve(total);
+    for (auto& b : done_) {
+      if (b->error) std::rethrow_exception(b->error);
+      for (auto& n : b->nodes) tr_.nodes.push_back(std::move(n));
+      b.reset();
+    }
+  }
+
+ private:
+  static constexpr size_t kBatchBytes = 1 << 18;
+  struct Item {
+    size_t pos, size;
+    uint64_t offset;
+  };
+  struct Batch {
+    size_t first_index = 0;
+    std::vector<char> text;
+    std::vector<Item> items;
+    std::vector<HostNode> nodes;
+    std::exception_ptr error;
+  };
+
+  void submit() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_space_.wait(lk, [&] { return queue_.size() < 2 * threads_.size() + 2; });
+    done_.push_back(std::move(cur_));
+    queue_.push_back(done_.back().get());
+    cv_work_.notify_one();
+  }
+
+  void work(StringPool& pool) {
+    std::vector<HostNode> sink;
+    NodeReader reader{tr_.path, pool, sink, flat_, {}, {}, {}, {}, {}, {}, {}, {}, {}, false, false};
+    for (;;) {
+      Batch* b;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_work_.wait(lk, [&] { return !queue_.empty() || closing_; });
+        if (queue_.empty()) return;
+        b = queue_.front();
+        queue_.pop_front();
+        cv_space_.notify_one();
+      }
+      if (failed_.load()) continue;   // an earlier batch failed: the result is an error anyway
+      b->text.resize(b->text.size() + simdjson::SIMDJSON_PADDING);
+      sink.clear();
+      sink.reserve(b->items.size());
+      try {
+        for (size_t k = 0; k < b->items.size(); ++k) {
+          const Item& it = b->items[k];
+          JsonStream::Span sp{b->text.data() + it.pos, it.size, b->text.size() - it.pos, it.offset};
+          reader.parse(sp, b->first_index + k);
+        }
+      } catch (...) {
+        b->error = std::current_exception();
+        failed_ = true;
+      }
+      b->nodes.swap(sink);
+      std::vector<char>().swap(b->text);
+      std::vector<Item>().swap(b->items);
+    }
+  }
+
+  void finish_threads() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closing_ = true;
+    }
+    cv_work_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  HostTrace& tr_;
+  bool flat_;
+  std::vector<std::thread> threads_;
+  std::unique_ptr<Batch> cur_;
+  std::vector<std::unique_ptr<Batch>> done_;   // every submitted batch, input order
+  std::deque<Batch*> queue_;
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_space_;
+  bool closing_ = false;
+  std::atomic<bool> failed_{false};
+};
+
 HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   HostTrace tr;
   tr.path = path;
   ByteSource src(path);
   JsonStream js(src);
   od::parser mparser;
-  NodeReader reader{tr, false, {}, {}, {}, {}, {}, {}, {}, {}, {}, false, false};
+  std::unique_ptr<BatchParser> batches;
+  unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   bool schema_checked = false;
   auto check_schema = [&](uint64_t offset) {
     if (schema_checked) return;
@@ -491,7 +620,7 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
                            std::string(opt.compat_reference ? "; --compat reference also rejects 1.0.1 and 1.1.1-chakra.1.0.0 like the reference converter)"
                                                             : ", 1.0.1, 1.1.1-chakra.1.0.0)"));
     }
-    reader.flat = tr.schema == EtSchema::v1_0_1;
+    batches = std::make_unique<BatchParser>(tr, tr.schema == EtSchema::v1_0_1, workers);
   };
   auto on_member = [&](std::string_view key, const JsonStream::Span& sp) {
     auto bad = [&](const std::string& p) { throw InputError(path, "byte " + std::to_string(sp.offset) + " (\"" + std::string(key) + "\")", p); };
@@ -539,9 +668,17 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   auto on_node = [&](const JsonStream::Span& sp, size_t index) {
     saw_nodes = true;
     check_schema(sp.offset);
-    reader.parse(sp, index);
+    batches->add(sp, index);
   };
-  js.run("nodes", on_member, on_node);
+  try {
+    js.run("nodes", on_member, on_node);
+  } catch (...) {
+    // a node error (found by a worker) earlier in the input takes precedence
+    auto structural = std::current_exception();
+    if (batches) batches->finish();
+    std::rethrow_exception(structural);
+  }
+  if (batches) batches->finish();
   if (!saw_nodes && !tr.meta.has_schema)
     throw InputError(path, "byte 0", "not a PyTorch execution trace (no \"schema\" and no \"nodes\")");
   check_schema(src.bytes_out());

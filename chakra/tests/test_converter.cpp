@@ -1,0 +1,301 @@
+// Converter behaviour: the reference outputs reproduced byte for byte (--compat reference), and
+// each reference bug the default mode fixes (specs §8), plus validator and simulator semantics.
+#include <gtest/gtest.h>
+
+#include "converter.h"
+#include "et_stream.h"
+#include "input_error.h"
+#include "jsonizer.h"
+#include "proto/et_def.pb.h"
+#include "regress.h"
+#include "simulator.h"
+#include "test_util.h"
+#include "validator.h"
+
+namespace opf::chakra {
+namespace {
+
+using test::et_node;
+using test::et_trace;
+using test::TempDir;
+
+std::vector<ChakraProtoMsg::Node> read_nodes(const std::string& path, ChakraProtoMsg::GlobalMetadata* gm = nullptr) {
+  EtReader r(path, false);
+  ChakraProtoMsg::GlobalMetadata m;
+  EXPECT_TRUE(r.next(m));
+  if (gm) *gm = m;
+  std::vector<ChakraProtoMsg::Node> out;
+  ChakraProtoMsg::Node n;
+  while (r.next(n)) out.push_back(n);
+  return out;
+}
+
+const ChakraProtoMsg::AttributeProto* attr(const ChakraProtoMsg::Node& n, const std::string& name) {
+  for (const auto& a : n.attr())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+ConvertOptions quiet(bool compat, std::vector<std::string>* warnings = nullptr) {
+  ConvertOptions o;
+  o.compat_reference = compat;
+  o.warn = [warnings](const std::string& w) {
+    if (warnings) warnings->push_back(w);
+  };
+  o.sim_line = [](const std::string&) {};
+  return o;
+}
+
+// ---- reference reproduction (the oracle is the reference tool's output in shared/traces)
+
+class ReferenceOutput : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceOutput, ByteIdenticalInCompatMode) {
+  OPF_REQUIRE_TRACES();
+  RegressOptions o;
+  o.traces_dir = test::traces_dir();
+  o.golden_dir = OPF_CHAKRA_GOLDEN_DIR;
+  o.only = GetParam();
+  auto res = regress(o);
+  ASSERT_EQ(res.size(), 1u);
+  if (res[0].skipped) GTEST_SKIP() << res[0].messages.at(0);
+  std::string msgs;
+  for (const auto& m : res[0].messages) msgs += "\n  " + m;
+  EXPECT_TRUE(res[0].ok) << msgs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Chakra, ReferenceOutput,
+                         ::testing::Values("ref_c102_linked", "ref_c102_host_unlinked", "ref_resnet_linked",
+                                           "ref_resnet_host_unlinked"));
+
+// ---- default-mode fixes
+
+TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
+  OPF_REQUIRE_TRACES();
+  TempDir td;
+  std::string in = test::traces_dir() + "/synthetic-linked/c102_linked.ref.json";
+  convert(in, td.file("compat.et"), quiet(true));
+  convert(in, td.file("default.et"), quiet(false));
+  auto a = read_nodes(td.file("compat.et")), b = read_nodes(td.file("default.et"));
+  ASSERT_EQ(a.size(), b.size());
+  std::set<uint64_t> ids;
+  for (const auto& n : b) ids.insert(n.id());
+  size_t dangling_in_reference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (uint64_t c : b[i].ctrl_deps()) EXPECT_TRUE(ids.count(c)) << "node " << b[i].id() << " ctrl dep " << c;
+    ChakraProtoMsg::Node x = a[i];
+    bool had_dangling = x.ctrl_deps_size() == 1 && !ids.count(x.ctrl_deps(0));
+    if (had_dangling) {
+      ++dangling_in_reference;
+      x.clear_ctrl_deps();
+    }
+    EXPECT_EQ(x.SerializeAsString(), b[i].SerializeAsString()) << "node " << a[i].id() << " differs beyond the ctrl-dep fix";
+  }
+  EXPECT_EQ(dangling_in_reference, 1u) << "the reference writes the thread root with ctrl_deps=[0] (removed node)";
+}
+
+TEST(DefaultMode, ReadsSchema101FlatFormatThatTheReferenceRejects) {
+  OPF_REQUIRE_TRACES();
+  TempDir td;
+  std::string in = test::traces_dir() + "/facebookresearch-hta/benchmark_simple_add_et.json.gz";
+  EXPECT_THROW(
+      {
+        try {
+          convert(in, td.file("c.et"), quiet(true));
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("unsupported schema version '1.0.1'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  EXPECT_FALSE(test::exists(td.file("c.et")));
+  convert(in, td.file("d.et"), quiet(false));
+  auto nodes = read_nodes(td.file("d.et"));
+  ASSERT_GT(nodes.size(), 10u);
+  // flat "parent"/"inputs"/"input_types" mapped to the same node model: the parent relation
+  // drives the data-dep chain (1.0.1 lists children before parents, so few ctrl deps survive
+  // the reference's "parent already converted" rule), IOInfo and attrs are filled
+  size_t with_deps = 0, with_inputs = 0;
+  for (const auto& n : nodes) {
+    with_deps += n.data_deps_size() > 0;
+    with_inputs += n.inputs().values() != "[]";
+    ASSERT_NE(attr(n, "rf_id"), nullptr);
+    ASSERT_NE(attr(n, "op_schema"), nullptr);
+  }
+  EXPECT_EQ(with_deps + 1, nodes.size()) << "every node but the thread root is on the chain";
+  EXPECT_GT(with_inputs, 0u);
+}
+
+TEST(DefaultMode, ReadsSchema111Chakra100ThatCrashesTheReference) {
+  TempDir td;
+  test::write_file(td.file("t.json"), et_trace(test::small_host_nodes(), "1.1.1-chakra.1.0.0"));
+  EXPECT_THROW(convert(td.file("t.json"), td.file("c.et"), quiet(true)), InputError);
+  convert(td.file("t.json"), td.file("d.et"), quiet(false));
+  ChakraProtoMsg::GlobalMetadata gm;
+  auto nodes = read_nodes(td.file("d.et"), &gm);
+  EXPECT_EQ(gm.attr(0).string_val(), "1.1.1-chakra.1.0.0");
+  ASSERT_EQ(nodes.size(), 3u);   // process root removed as dangling
+  EXPECT_EQ(nodes[2].name(), "aten::relu");
+  ASSERT_EQ(nodes[2].data_deps_size(), 1);
+  EXPECT_EQ(nodes[2].data_deps(0), 3u);
+}
+
+std::string nccl_trace(const std::string& kernel) {
+  std::string tensor = R"J({"values": [[10, 11, 0, 256, 4, "cuda:0"]], "shapes": [[256]], "types": ["Tensor(float)"]})J";
+  return et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+                  et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
+                  et_node(2, "nccl:reduce", "1", "\"exclusive_dur\": 5.7", tensor) + ", " +
+                  et_node(3, kernel, "2", R"J("cat": "kernel", "stream": 20, "pg_name": "0", "exclusive_dur": 9.9)J", tensor));
+}
+
+TEST(DefaultMode, UnknownNcclKernelWarnsAndKeepsTheNodeInsteadOfAborting) {
+  TempDir td;
+  test::write_file(td.file("t.json"), nccl_trace("ncclDevKernel_Generic(ncclDevComm*)"));
+  try {
+    convert(td.file("t.json"), td.file("c.et"), quiet(true));
+    FAIL() << "compat mode must abort like the reference";
+  } catch (const InputError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("node 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("collective communication type"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(test::exists(td.file("c.et")));
+  std::vector<std::string> warnings;
+  convert(td.file("t.json"), td.file("d.et"), quiet(false, &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("node 3"), std::string::npos) << warnings[0];
+  auto nodes = read_nodes(td.file("d.et"));
+  const auto& k = nodes.back();
+  EXPECT_EQ(k.type(), ChakraProtoMsg::COMM_COLL_NODE);
+  EXPECT_EQ(attr(k, "comm_type"), nullptr);
+  ASSERT_NE(attr(k, "comm_size"), nullptr);
+  EXPECT_EQ(attr(k, "comm_size")->int64_val(), 256 * 4);
+  EXPECT_EQ(attr(k, "pg_name")->string_val(), "0");
+  EXPECT_EQ(k.duration_micros(), 9u);   // int() truncation
+}
+
+TEST(DefaultMode, NcclReduceKernelGetsReduceType) {
+  TempDir td;
+  test::write_file(td.file("t.json"), nccl_trace("ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevComm*)"));
+  EXPECT_THROW(convert(td.file("t.json"), td.file("c.et"), quiet(true)), InputError);
+  std::vector<std::string> warnings;
+  convert(td.file("t.json"), td.file("d.et"), quiet(false, &warnings));
+  EXPECT_TRUE(warnings.empty());
+  auto nodes = read_nodes(td.file("d.et"));
+  ASSERT_NE(attr(nodes.back(), "comm_type"), nullptr);
+  EXPECT_EQ(attr(nodes.back(), "comm_type")->int64_val(), ChakraProtoMsg::REDUCE);
+}
+
+TEST(DefaultMode, CommSizeOfUnusualTensorLayoutWarnsInsteadOfCrashing) {
+  TempDir td;
+  std::string bad = R"J({"values": [[10, 11]], "shapes": [[2]], "types": ["Tensor(float)"]})J";
+  std::string t = et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+                           et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
+                           et_node(2, "nccl:all_reduce", "1", "", bad) + ", " +
+                           et_node(3, "ncclDevKernel_AllReduce_Sum", "2", R"J("cat": "kernel", "stream": 20)J", bad));
+  test::write_file(td.file("t.json"), t);
+  EXPECT_THROW(convert(td.file("t.json"), td.file("c.et"), quiet(true)), InputError);
+  std::vector<std::string> warnings;
+  convert(td.file("t.json"), td.file("d.et"), quiet(false, &warnings));
+  EXPECT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(attr(read_nodes(td.file("d.et")).back(), "comm_size")->int64_val(), 0);
+}
+
+TEST(Converter, CommSizeSumsGenericListTensorsAndSkipsOutputs) {
+  TempDir td;
+  std::string in = R"J({"values": [[[1, 2, 0, 10, 4, "cuda:0"], [3, 4, 0, 6, 2, "cuda:0"]], 5, [7, 8, 0, 3, 8, "cuda:0"]],)J"
+                   R"J( "shapes": [[[10], [6]], [], [3]], "types": ["GenericList[Tensor(float),Tensor(half)]", "Int", "Tensor(double)"]})J";
+  std::string t = et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+                           et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
+                           et_node(2, "nccl:all_gather", "1", "", in) + ", " +
+                           et_node(3, "ncclDevKernel_AllGather_RING_LL", "2", R"J("cat": "kernel", "stream": 20)J", in));
+  test::write_file(td.file("t.json"), t);
+  convert(td.file("t.json"), td.file("d.et"), quiet(true));
+  const auto k = read_nodes(td.file("d.et")).back();
+  EXPECT_EQ(attr(k, "comm_type")->int64_val(), ChakraProtoMsg::ALL_GATHER);
+  EXPECT_EQ(attr(k, "comm_size")->int64_val(), 10 * 4 + 6 * 2 + 3 * 8);
+  EXPECT_EQ(k.inputs().values(), "[[[1, 2, 0, 10, 4, 'cuda:0'], [3, 4, 0, 6, 2, 'cuda:0']], 5, [7, 8, 0, 3, 8, 'cuda:0']]");
+}
+
+TEST(Converter, DataDepsFollowPreOrderChainAndGpuNodesHangOffTheirLauncher) {
+  TempDir td;
+  // 1 thread root; 2 parent of 3 and 4; GPU 5 launched by 3; 6 after 2's subtree
+  std::string t = et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+                           et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
+                           et_node(2, "outer", "1") + ", " + et_node(3, "launch", "2") + ", " +
+                           et_node(5, "kernel_a", "3", R"J("cat": "kernel", "stream": 7)J") + ", " +
+                           et_node(4, "inner2", "2") + ", " + et_node(6, "next", "1"));
+  test::write_file(td.file("t.json"), t);
+  convert(td.file("t.json"), td.file("d.et"), quiet(false));
+  std::map<uint64_t, std::vector<uint64_t>> deps;
+  for (const auto& n : read_nodes(td.file("d.et"))) deps[n.id()] = {n.data_deps().begin(), n.data_deps().end()};
+  EXPECT_EQ(deps.count(0), 0u) << "process root is dangling and removed";
+  EXPECT_EQ(deps[1], std::vector<uint64_t>{});
+  EXPECT_EQ(deps[2], std::vector<uint64_t>{1});
+  EXPECT_EQ(deps[3], std::vector<uint64_t>{2});
+  EXPECT_EQ(deps[5], std::vector<uint64_t>{3});
+  EXPECT_EQ(deps[4], std::vector<uint64_t>{3});
+  EXPECT_EQ(deps[6], std::vector<uint64_t>{4});
+}
+
+// ---- validator and simulator semantics
+
+TEST(Validator, ReportsTheCycleWithIdsAndNames) {
+  std::vector<EtNode> g(3);
+  g[0].id = 1, g[0].name = "a", g[0].data_deps = {3};
+  g[1].id = 2, g[1].name = "b", g[1].data_deps = {1};
+  g[2].id = 3, g[2].name = "c", g[2].data_deps = {2};
+  auto issues = validate_graph(g);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_NE(issues[0].problem.find("1 (a) -> 3 (c) -> 2 (b) -> 1 (a)"), std::string::npos) << issues[0].problem;
+}
+
+TEST(Validator, DeepChainNeedsNoRecursion) {
+  std::vector<EtNode> g(1'000'000);
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i].id = i;
+    g[i].name = "n";
+    if (i) g[i].data_deps = {i - 1};
+  }
+  std::reverse(g.begin(), g.end());   // worst order for a DFS from the first node
+  EXPECT_TRUE(validate_graph(g).empty());
+}
+
+TEST(Simulator, ReleasesAtIssueOneCpuStreamsInParallel) {
+  std::vector<EtNode> g(4);
+  g[0] = {1, "A", {}, {}, 3, true, true, 0, true, 1};
+  g[1] = {2, "B", {1}, {}, 0, true, true, 0, true, 1};
+  g[2] = {3, "G", {1}, {}, 5, false, true, 7, true, 1};
+  g[3] = {4, "C", {2}, {}, 2, true, true, 0, true, 1};
+  std::vector<std::string> lines;
+  auto r = simulate(g, [&](const std::string& l) { lines.push_back(l); });
+  // worked out by hand from specs §3.10
+  std::vector<std::string> want = {
+      "Issuing CPU Node ID 1 (A) at 0us with duration 3us, tid: 1",
+      "Issuing GPU Node ID 3 (G) at 1us on stream 7 with duration 5us, tid: stream 7",
+      "CPU Node ID 1 completed at 3us, tid: 1",
+      "Issuing CPU Node ID 2 (B) at 3us with duration 0us, tid: 1",
+      "CPU Node ID 2 completed at 4us, tid: 1",
+      "Issuing CPU Node ID 4 (C) at 4us with duration 2us, tid: 1",
+      "CPU Node ID 4 completed at 6us, tid: 1",
+      "GPU Node ID 3 on stream 7 completed at 6us, tid: stream 7",
+      "Simulation of Chakra node execution completed.",
+  };
+  EXPECT_EQ(lines, want);
+  EXPECT_EQ(r.makespan, 6u);
+}
+
+TEST(Simulator, CostDoesNotGrowWithSimulatedTime) {
+  std::vector<EtNode> g(3);
+  g[0] = {1, "A", {}, {}, 1'000'000'000'000ull, true, true, 0, true, 1};
+  g[1] = {2, "G", {1}, {}, 5'000'000'000'000ull, false, true, 7, true, 1};
+  g[2] = {3, "B", {1}, {}, 1, true, true, 0, true, 1};
+  size_t n = 0;
+  auto r = simulate(g, [&](const std::string&) { ++n; });   // a per-µs loop would never finish
+  EXPECT_EQ(r.makespan, 5'000'000'000'001ull);
+  EXPECT_EQ(r.issued, 3u);
+  EXPECT_EQ(n, 7u);
+}
+
+}  // namespace
+}  // namespace opf::chakra
