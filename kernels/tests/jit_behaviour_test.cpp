@@ -264,9 +264,22 @@ TEST_F(JitTest, EditedHeaderIsRecompiledAndTheNewTextRuns) {
 }
 
 TEST_F(JitTest, EightRacingProcessesCompileOnceAndAllLoadIt) {
-  make_tree(8, 300);  // ~0.3 s of compile: long enough for every racer to arrive meanwhile
+  make_tree(8);
+  const std::string k = key();
+  fs::create_directories(cache_dir());
+  const fs::path lock = cache_dir() / (k + ".lock");
   std::vector<Child> kids;
-  for (int i = 0; i < 8; ++i) kids.push_back(spawn_helper(tmp, "racer" + std::to_string(i), op->name));
+  {
+    // Start line: hold the key's lock until all 8 are queued on it, so all of them race for it
+    // at once however slowly this machine starts processes.
+    detail::jit::KeyLock start(lock.string(), 1, nullptr);
+    for (int i = 0; i < 8; ++i) kids.push_back(spawn_helper(tmp, "racer" + std::to_string(i), op->name));
+    ASSERT_TRUE(eventually([&] {
+      for (const auto& kid : kids)
+        if (!process_has_open(kid.pid, lock)) return false;
+      return true;
+    })) << "not every racer reached the lock";
+  }
   int compiles = 0, hits = 0, waits = 0;
   for (auto& k : kids) {
     k.wait();
@@ -280,6 +293,7 @@ TEST_F(JitTest, EightRacingProcessesCompileOnceAndAllLoadIt) {
   std::printf("8 racers: %d compile(s), %d cache hits, %d lock waits\n", compiles, hits, waits);
   EXPECT_EQ(compiles, 1);
   EXPECT_EQ(hits, 7);
+  EXPECT_EQ(waits, 8) << "every racer found the lock taken, so each must count one lock wait";
 }
 
 TEST_F(JitTest, BuilderKilledWithSigkillLeavesNoStaleLock) {
