@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add_test_command(app);
   add_bench_command(app);
   add_matrix_command(app);
+  add_gate_command(app);
 #ifdef OPF_HAVE_CHAKRA
   add_chakra_command(app);
 #endif

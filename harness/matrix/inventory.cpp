@@ -37,13 +37,16 @@ bool introspect(const std::string& build_dir, const char* what, json::Value& out
   return true;
 }
 
-// Environment the build's tests run with (OPFORGE_CACHE_DIR), read from meson introspect --tests.
-std::string tests_cache_dir(const std::string& build_dir) {
+// JIT cache roots the build's tests run with (their OPFORGE_CACHE_DIR), from meson introspect --tests.
+std::vector<std::string> tests_cache_dirs(const std::string& build_dir) {
   json::Value tests;
-  if (!introspect(build_dir, "--tests", tests)) return "";
-  for (const auto& t : tests.as_array())
-    if (t.get("env").has("OPFORGE_CACHE_DIR")) return t.get("env").str("OPFORGE_CACHE_DIR");
-  return "";
+  std::vector<std::string> out;
+  if (!introspect(build_dir, "--tests", tests)) return out;
+  for (const auto& t : tests.as_array()) {
+    std::string d = t.get("env").str("OPFORGE_CACHE_DIR");
+    if (!d.empty() && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -154,17 +157,9 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
 
   // ---- the cell's own listing
   std::string opforge = in.build_dir + "/harness/opforge";
-  std::string cache = tests_cache_dir(in.build_dir);
+  auto caches = tests_cache_dirs(in.build_dir);
   std::string listing;
-  {
-    proc::Spec s{{opforge, "ops", "--json"}, in.source_dir, {}, "", 60};
-    if (!cache.empty()) s.env.push_back({"OPFORGE_CACHE_DIR", cache});
-    // capture() has no env: run through env(1)
-    std::vector<std::string> argv{"env"};
-    for (const auto& [k, v] : s.env) argv.push_back(k + "=" + v);
-    argv.insert(argv.end(), s.argv.begin(), s.argv.end());
-    if (!proc::capture(argv, listing, in.source_dir, 60)) listing.clear();
-  }
+  if (!proc::capture({opforge, "ops", "--json"}, listing, in.source_dir, 60)) listing.clear();
   if (listing.empty()) {
     add("listing", "", "", false, opforge + " ops --json failed");
   } else {
@@ -190,15 +185,23 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
     if (!prebuilt)
       for (const auto& p : expected) {
         const auto& r = row[p];
-        const auto& jc = r.get("jit_cache");
-        std::string dir = jc.str("dir");
-        bool present = jc.get("present").as_bool() && !dir.empty() && fs::is_directory(dir, ec);
-        bool layout = !dir.empty() && dir.find("/" + p.first + "/" + p.second + "/") != std::string::npos;
-        if (!r.get("compatible").as_bool() && !present) {
+        // the key this build computes; the entry must be <cache>/<op>/<backend>/<key>/ in one
+        // of the caches the tests used
+        std::string key = r.get("jit_cache").str("key");
+        std::string found;
+        for (const auto& root : caches) {
+          std::string d = root + "/" + p.first + "/" + p.second + "/" + key;
+          if (!key.empty() && fs::is_directory(d, ec) && !fs::is_empty(d, ec)) found = d;
+        }
+        if (!r.get("compatible").as_bool() && found.empty()) {
           inv.checks.push_back({"jit-cache", p.first, p.second, "owed", "not built: " + r.str("reason")});
+        } else if (key.empty()) {
+          add("jit-cache", p.first, p.second, false, "opforge ops reports no cache key");
         } else {
-          add("jit-cache", p.first, p.second, present && layout,
-              present ? (layout ? dir : "cache entry not under <cache>/<op>/<backend>/<key>/: " + dir) : "no cache entry after the tests (" + dir + ")");
+          std::string where;
+          for (const auto& root : caches) where += (where.empty() ? "" : ", ") + root;
+          add("jit-cache", p.first, p.second, !found.empty(),
+              found.empty() ? "no entry " + p.first + "/" + p.second + "/" + key.substr(0, 12) + "... in the tests' caches (" + where + ")" : found);
         }
       }
   }

@@ -239,8 +239,13 @@ void step_bench(CellRun& c) {
 void step_chakra(CellRun& c) {
   if (c.blocked) return c.skip("chakra", "build failed");
   std::string opforge = c.build + "/harness/opforge";
-  std::string help;
-  if (!proc::capture({opforge, "chakra", "regress", "--help"}, help, c.ps.source_dir, 30))
+  // `--help` of an unknown subcommand prints the parent's help, so look for the name in the
+  // chakra group's own listing
+  std::string top, group, help;
+  bool has = proc::capture({opforge, "--help"}, top, c.ps.source_dir, 30) && top.find("chakra") != std::string::npos &&
+             proc::capture({opforge, "chakra", "--help"}, group, c.ps.source_dir, 30) &&
+             group.find("regress") != std::string::npos;
+  if (!has || !proc::capture({opforge, "chakra", "regress", "--help"}, help, c.ps.source_dir, 30))
     return c.skip("chakra", "this build has no `opforge chakra regress`");
   auto& s = c.begin("chakra");
   files::make_dirs(c.dir + "/chakra");

@@ -3,6 +3,8 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include <regex>
+
 #include <algorithm>
 #include <filesystem>
 #include <regex>
@@ -22,11 +24,22 @@ std::string attr(xmlNode* n, const char* name) {
   return s;
 }
 
-std::string first_line(std::string s) {
-  auto p = s.find('\n');
-  if (p != std::string::npos) s.resize(p);
-  if (s.size() > 300) s = s.substr(0, 300) + "...";
-  return s;
+// GoogleTest messages start with a "file:line" line; the reason follows. One line, bounded.
+std::string first_line(const std::string& s) {
+  static const std::regex location(R"(^\S+:\d+$)");
+  std::string out, line;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find('\n', pos);
+    if (end == std::string::npos) end = s.size();
+    line = s.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || std::regex_match(line, location)) continue;
+    out += (out.empty() ? "" : " | ") + line;
+    if (out.size() > 300) break;
+  }
+  if (out.size() > 300) out = out.substr(0, 300) + "...";
+  return out;
 }
 
 bool is(xmlNode* n, const char* name) {

@@ -1,0 +1,226 @@
+#include "matrix/gate.h"
+
+#include <fnmatch.h>
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "matrix/mann_whitney.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+
+std::vector<GateOverride> read_overrides(const std::string& path) {
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  }
+  std::vector<GateOverride> out;
+  auto where = [&](const toml::node& n) { return path + ":" + std::to_string(n.source().begin.line); };
+  for (auto&& [k, v] : doc)
+    if (k.str() != "override") throw Error(where(v) + ": unknown key '" + std::string(k.str()) + "' (use [[override]])");
+  auto* arr = doc["override"].as_array();
+  if (!arr) return out;
+  for (auto& n : *arr) {
+    auto* t = n.as_table();
+    if (!t) throw Error(where(n) + ": [[override]] must be a table");
+    GateOverride o;
+    for (auto&& [k, v] : *t) {
+      if (k.str() == "match") o.match = v.value<std::string>().value_or("");
+      else if (k.str() == "threshold") {
+        auto d = v.value<double>();
+        if (!d || *d <= 0) throw Error(where(v) + ": threshold must be a positive fraction (0.10 = 10 %)");
+        o.threshold = *d;
+      } else if (k.str() == "ignore") o.ignore = v.value<bool>().value_or(false);
+      else if (k.str() == "reason") o.reason = v.value<std::string>().value_or("");
+      else throw Error(where(v) + ": unknown key '" + std::string(k.str()) + "' in [[override]]");
+    }
+    if (o.match.empty()) throw Error(where(n) + ": [[override]] needs match = \"<cell>/<benchmark glob>\"");
+    if (o.reason.empty()) throw Error(where(n) + ": [[override]] needs a reason");
+    out.push_back(o);
+  }
+  return out;
+}
+
+int GateReport::regressions() const {
+  int n = 0;
+  for (const auto& b : bench) n += b.verdict == "SLOWER";
+  for (const auto* list : {&instr, &tests, &chakra})
+    for (const auto& c : *list) n += c.verdict == "REGRESSION";
+  return n;
+}
+
+GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
+  GateReport r;
+  std::map<std::string, const BenchSamples*> cur_bench;
+  for (const auto& b : cur.bench) cur_bench[b.key()] = &b;
+  std::set<std::string> seen;
+  double log_sum = 0;
+  for (const auto& b : base.bench) {
+    BenchVerdict v;
+    v.key = b.key();
+    seen.insert(v.key);
+    v.threshold = cfg.threshold;
+    const GateOverride* ov = nullptr;
+    for (const auto& o : cfg.overrides)
+      if (fnmatch(o.match.c_str(), v.key.c_str(), 0) == 0) {
+        ov = &o;
+        break;
+      }
+    if (ov && ov->threshold > 0) v.threshold = ov->threshold, v.note = ov->reason;
+    auto it = cur_bench.find(v.key);
+    v.n_base = b.ns.size();
+    v.base_median_ns = stats::median(b.ns);
+    if (it == cur_bench.end()) {
+      v.verdict = "MISSING";
+      v.note = "not in the current run";
+      r.bench.push_back(v);
+      continue;
+    }
+    const auto& c = *it->second;
+    v.n_cur = c.ns.size();
+    v.cur_median_ns = stats::median(c.ns);
+    v.ratio = v.cur_median_ns / v.base_median_ns;
+    // Significance is tested against the threshold-shifted baseline: "slower than baseline x
+    // (1 + threshold)", not merely "slower", so noise that happens to straddle the threshold
+    // stays AMBIGUOUS instead of failing CI.
+    std::vector<double> shifted = b.ns;
+    double scale = v.ratio > 1 ? 1 + v.threshold : 1 - v.threshold;
+    for (auto& x : shifted) x *= scale;
+    auto mw = stats::mann_whitney(shifted, c.ns);
+    v.p = mw.p;
+    bool beyond = v.ratio > 1 ? stats::median(c.ns) > stats::median(shifted) : stats::median(c.ns) < stats::median(shifted);
+    if (ov && ov->ignore) {
+      v.verdict = "IGNORED";
+      v.note = ov->reason;
+    } else if (std::fabs(v.ratio - 1) <= v.threshold) {
+      v.verdict = "SAME";
+    } else if (beyond && v.p < cfg.alpha) {
+      v.verdict = v.ratio > 1 ? "SLOWER" : "FASTER";
+    } else {
+      v.verdict = "AMBIGUOUS";
+      if (v.note.empty()) v.note = "beyond the threshold but not significant (need more repetitions or a quieter machine)";
+    }
+    if (std::isfinite(v.ratio) && v.ratio > 0) {
+      log_sum += std::log(v.ratio);
+      ++r.compared;
+    }
+    r.bench.push_back(v);
+  }
+  for (const auto& c : cur.bench)
+    if (!seen.count(c.key())) {
+      BenchVerdict v;
+      v.key = c.key();
+      v.verdict = "NEW";
+      v.n_cur = c.ns.size();
+      v.cur_median_ns = stats::median(c.ns);
+      r.bench.push_back(v);
+    }
+  r.geomean = r.compared ? std::exp(log_sum / r.compared) : 1.0;
+
+  // instruction counts: deterministic, a plain threshold
+  std::map<std::string, double> cur_instr;
+  for (const auto& i : cur.instr) cur_instr[i.cell + "/" + i.name] = i.instructions;
+  for (const auto& i : base.instr) {
+    std::string key = i.cell + "/" + i.name;
+    auto it = cur_instr.find(key);
+    if (it == cur_instr.end()) {
+      r.instr.push_back({key, "MISSING", "not in the current run"});
+      continue;
+    }
+    double ratio = it->second / i.instructions;
+    char d[128];
+    std::snprintf(d, sizeof d, "%.0f -> %.0f instructions (%+.2f %%)", i.instructions, it->second, (ratio - 1) * 100);
+    r.instr.push_back({key, ratio > 1 + cfg.instr_threshold ? "REGRESSION" : ratio < 1 - cfg.instr_threshold ? "FEWER" : "SAME", d});
+  }
+
+  // correctness: passed before, fails now
+  std::map<std::string, std::string> cur_tests;
+  for (const auto& t : cur.tests) cur_tests[t.cell + "/" + t.key] = t.result;
+  for (const auto& t : base.tests) {
+    std::string key = t.cell + "/" + t.key;
+    auto it = cur_tests.find(key);
+    if (it == cur_tests.end()) {
+      if (t.result == "pass") r.tests.push_back({key, "MISSING", "passed in the baseline, not run now"});
+      continue;
+    }
+    if (t.result == "pass" && it->second == "fail") r.tests.push_back({key, "REGRESSION", "passed in the baseline, fails now"});
+    else if (t.result == "fail" && it->second == "pass") r.tests.push_back({key, "FIXED", "failed in the baseline, passes now"});
+    else if (t.result == "pass" && it->second == "skip") r.tests.push_back({key, "NEWLY-SKIPPED", "passed in the baseline, skipped now"});
+  }
+  for (const auto& t : cur.tests)
+    if (t.result == "fail") {
+      bool known = false;
+      for (const auto& b : base.tests) known = known || (b.cell == t.cell && b.key == t.key);
+      if (!known) r.tests.push_back({t.cell + "/" + t.key, "REGRESSION", "new test, fails"});
+    }
+
+  // Chakra: a trace that regressed or whose golden digest changed
+  std::map<std::string, const ChakraOutcome*> cur_ch;
+  for (const auto& c : cur.chakra) cur_ch[c.cell + "/" + c.trace] = &c;
+  for (const auto& b : base.chakra) {
+    std::string key = b.cell + "/" + b.trace;
+    auto it = cur_ch.find(key);
+    if (it == cur_ch.end()) {
+      r.chakra.push_back({key, "MISSING", "not in the current run"});
+      continue;
+    }
+    const auto& c = *it->second;
+    if (b.status == "pass" && c.status != "pass") r.chakra.push_back({key, "REGRESSION", "status " + b.status + " -> " + c.status});
+    else if (!b.golden.empty() && !c.golden.empty() && b.golden != c.golden)
+      r.chakra.push_back({key, "REGRESSION", "golden digest changed " + b.golden.substr(0, 12) + " -> " + c.golden.substr(0, 12)});
+  }
+  for (const auto& c : cur.chakra)
+    if (c.status != "pass") {
+      bool known = false;
+      for (const auto& b : base.chakra) known = known || (b.cell == c.cell && b.trace == c.trace);
+      if (!known) r.chakra.push_back({c.cell + "/" + c.trace, "REGRESSION", "new trace, status " + c.status});
+    }
+  return r;
+}
+
+std::string gate_markdown(const GateReport& r, const std::string& base_name, const std::string& cur_name) {
+  std::map<std::string, int> count;
+  for (const auto& b : r.bench) count[b.verdict]++;
+  std::string s = "# opforge gate\n\nbaseline `" + base_name + "` vs current `" + cur_name + "`\n\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "**%s**: %d regression(s). Benchmarks: %d compared, geomean time ratio %.3f (%+.1f %%); ",
+                r.regressions() ? "FAIL" : "PASS", r.regressions(), r.compared, r.geomean, (r.geomean - 1) * 100);
+  s += buf;
+  std::string counts;
+  for (const auto& [k, n] : count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  s += (counts.empty() ? "none" : counts) + ".\n\n";
+  if (!r.bench.empty()) {
+    s += "| benchmark | verdict | base median | current median | ratio | p vs threshold (Mann-Whitney) | reps | threshold | note |\n";
+    s += "|---|---|---:|---:|---:|---:|---:|---:|---|\n";
+    // regressions first
+    std::vector<const BenchVerdict*> order;
+    for (const char* v : {"SLOWER", "AMBIGUOUS", "MISSING", "FASTER", "NEW", "IGNORED", "SAME"})
+      for (const auto& b : r.bench)
+        if (b.verdict == v) order.push_back(&b);
+    for (const auto* b : order) {
+      std::snprintf(buf, sizeof buf, "| `%s` | %s | %.4g ns | %.4g ns | %.3f | %.4f | %zu/%zu | %.0f %% | %s |\n", b->key.c_str(),
+                    b->verdict.c_str(), b->base_median_ns, b->cur_median_ns, b->ratio, b->p, b->n_base, b->n_cur,
+                    b->threshold * 100, b->note.c_str());
+      s += buf;
+    }
+    s += "\n";
+  }
+  auto section = [&](const char* title, const std::vector<SimpleChange>& list) {
+    if (list.empty()) return;
+    s += std::string("## ") + title + "\n\n| key | verdict | detail |\n|---|---|---|\n";
+    for (const auto& c : list) s += "| `" + c.key + "` | " + c.verdict + " | " + c.detail + " |\n";
+    s += "\n";
+  };
+  section("Instruction counts (callgrind)", r.instr);
+  section("Correctness", r.tests);
+  section("Chakra regression", r.chakra);
+  return s;
+}
+
+}  // namespace opf::matrix

@@ -1,0 +1,185 @@
+#include "matrix/gate_input.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "matrix/files.h"
+#include "matrix/run_layout.h"
+#include "matrix/test_results.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+namespace fs = std::filesystem;
+
+namespace {
+double to_ns(double v, const std::string& unit, const std::string& origin) {
+  if (unit == "ns" || unit.empty()) return v;
+  if (unit == "us") return v * 1e3;
+  if (unit == "ms") return v * 1e6;
+  if (unit == "s") return v * 1e9;
+  throw Error(origin + ": unknown time_unit '" + unit + "'");
+}
+}  // namespace
+
+std::vector<BenchSamples> read_benchmark_json(const std::string& path, const std::string& cell) {
+  auto doc = json::parse_file(path);
+  if (!doc.get("benchmarks").is_array()) throw Error(path + ": not google-benchmark JSON (no \"benchmarks\" array)");
+  std::map<std::string, BenchSamples> by_name;
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<double, int>> bps;
+  for (const auto& b : doc.get("benchmarks").as_array()) {
+    std::string type = b.str("run_type", "iteration");
+    if (type != "iteration" || b.get("error_occurred").as_bool()) continue;
+    std::string name = b.str("run_name", b.str("name"));
+    if (!by_name.count(name)) {
+      by_name[name] = BenchSamples{cell, name, {}, 0};
+      order.push_back(name);
+    }
+    by_name[name].ns.push_back(to_ns(b.num("real_time"), b.str("time_unit"), path));
+    if (b.has("bytes_per_second")) {
+      bps[name].first += b.num("bytes_per_second");
+      bps[name].second += 1;
+    }
+  }
+  std::vector<BenchSamples> out;
+  for (const auto& n : order) {
+    auto s = by_name[n];
+    if (bps[n].second) s.bytes_per_second = bps[n].first / bps[n].second;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<ChakraOutcome> read_chakra_json(const std::string& path, const std::string& cell) {
+  auto doc = json::parse_file(path);
+  // accept {"traces": [...]} or {"results": [...]} or a bare array of per-trace records
+  const json::Value* list = &doc;
+  if (doc.is_object()) list = doc.get("traces").is_array() ? &doc.get("traces") : &doc.get("results");
+  if (!list->is_array()) throw Error(path + ": no per-trace list (\"traces\") in the Chakra regression JSON");
+  std::vector<ChakraOutcome> out;
+  for (const auto& t : list->as_array()) {
+    ChakraOutcome c;
+    c.cell = cell;
+    c.trace = t.str("trace", t.str("name"));
+    if (t.get("status").is_string()) c.status = t.str("status");
+    else if (t.get("ok").is_bool()) c.status = t.get("ok").as_bool() ? "pass" : "fail";
+    else if (t.get("pass").is_bool()) c.status = t.get("pass").as_bool() ? "pass" : "fail";
+    std::transform(c.status.begin(), c.status.end(), c.status.begin(), ::tolower);
+    if (c.status == "ok" || c.status == "passed" || c.status == "same") c.status = "pass";
+    c.golden = t.str("golden_sha256", t.str("digest", t.str("sha256")));
+    c.seconds = t.num("convert_seconds", t.num("seconds"));
+    if (c.trace.empty()) throw Error(path + ": a Chakra regression record without \"trace\"/\"name\"");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<InstrCount> read_callgrind_json(const std::string& path, const std::string& cell) {
+  auto doc = json::parse_file(path);
+  if (doc.str("schema") != "opforge.callgrind/1") throw Error(path + ": not opforge.callgrind/1");
+  std::vector<InstrCount> out;
+  for (const auto& b : doc.get("benchmarks").as_array()) {
+    if (!b.get("instructions").is_number()) throw Error(path + ": benchmark '" + b.str("name") + "' without \"instructions\"");
+    out.push_back({cell, b.str("name"), b.num("instructions")});
+  }
+  return out;
+}
+
+GateInput read_gate_input(const std::string& path) {
+  GateInput in;
+  in.origin = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (!files::exists(path + "/run.json")) throw Error(path + ": not a recorded run (no run.json)");
+    auto run = json::parse_file(path + "/run.json");
+    in.meta.set("run", run.str("run"));
+    in.meta.set("git", run.get("git"));
+    in.meta.set("machine", run.get("machine"));
+    for (const auto& cell : finished_cells(path)) {
+      std::string dir = cell.str("dir"), name = cell.str("name");
+      for (const auto& b : cell.get("bench").as_array()) {
+        auto v = read_benchmark_json(dir + "/" + b.as_string(), name);
+        in.bench.insert(in.bench.end(), v.begin(), v.end());
+      }
+      std::string tests;
+      if (files::read_if_exists(dir + "/tests.json", tests))
+        for (const auto& c : cases_from_json(json::parse(tests, dir + "/tests.json"))) in.tests.push_back({name, c.key, c.result});
+      if (cell.get("chakra").is_string()) {
+        auto v = read_chakra_json(dir + "/" + cell.str("chakra"), name);
+        in.chakra.insert(in.chakra.end(), v.begin(), v.end());
+      }
+      if (files::exists(dir + "/callgrind.json")) {
+        auto v = read_callgrind_json(dir + "/callgrind.json", name);
+        in.instr.insert(in.instr.end(), v.begin(), v.end());
+      }
+    }
+    return in;
+  }
+  auto doc = json::parse_file(path);
+  if (doc.str("schema") != "opforge.baseline/1") throw Error(path + ": not a run directory or an opforge.baseline/1 file");
+  in.meta = doc.get("meta");
+  for (const auto& b : doc.get("benchmarks").as_array()) {
+    BenchSamples s{b.str("cell"), b.str("name"), {}, b.num("bytes_per_second")};
+    for (const auto& x : b.get("ns").as_array()) s.ns.push_back(x.as_double());
+    if (s.name.empty() || s.ns.empty()) throw Error(path + ": benchmark entry without name or samples");
+    in.bench.push_back(std::move(s));
+  }
+  for (const auto& t : doc.get("tests").as_array()) in.tests.push_back({t.str("cell"), t.str("key"), t.str("result")});
+  for (const auto& c : doc.get("chakra").as_array())
+    in.chakra.push_back({c.str("cell"), c.str("trace"), c.str("status"), c.str("golden"), c.num("seconds")});
+  for (const auto& i : doc.get("callgrind").as_array()) in.instr.push_back({i.str("cell"), i.str("name"), i.num("instructions")});
+  return in;
+}
+
+json::Value baseline_json(const GateInput& in) {
+  json::Value v;
+  v.set("schema", "opforge.baseline/1");
+  v.set("created_utc", utc_iso());
+  v.set("source", in.origin);
+  v.set("meta", in.meta);
+  json::Value b = json::Array{};
+  for (const auto& s : in.bench) {
+    json::Value j;
+    j.set("cell", s.cell);
+    j.set("name", s.name);
+    json::Value ns = json::Array{};
+    for (double x : s.ns) ns.push(x);
+    j.set("ns", ns);
+    if (s.bytes_per_second > 0) j.set("bytes_per_second", s.bytes_per_second);
+    b.push(j);
+  }
+  v.set("benchmarks", b);
+  json::Value t = json::Array{};
+  for (const auto& x : in.tests) {
+    json::Value j;
+    j.set("cell", x.cell);
+    j.set("key", x.key);
+    j.set("result", x.result);
+    t.push(j);
+  }
+  v.set("tests", t);
+  json::Value c = json::Array{};
+  for (const auto& x : in.chakra) {
+    json::Value j;
+    j.set("cell", x.cell);
+    j.set("trace", x.trace);
+    j.set("status", x.status);
+    if (!x.golden.empty()) j.set("golden", x.golden);
+    if (x.seconds > 0) j.set("seconds", x.seconds);
+    c.push(j);
+  }
+  v.set("chakra", c);
+  json::Value i = json::Array{};
+  for (const auto& x : in.instr) {
+    json::Value j;
+    j.set("cell", x.cell);
+    j.set("name", x.name);
+    j.set("instructions", x.instructions);
+    i.push(j);
+  }
+  v.set("callgrind", i);
+  return v;
+}
+
+}  // namespace opf::matrix
