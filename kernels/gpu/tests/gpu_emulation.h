@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <vector>
 
 #include "gpu/launch_abi.h"
@@ -50,7 +51,7 @@ struct Thread {
 };
 
 inline ucontext_t scheduler;
-inline std::vector<Thread>* threads = nullptr;
+inline std::deque<Thread>* threads = nullptr;
 inline unsigned current = 0;
 inline void (*kernel)(opf_gpu_args) = nullptr;
 inline const opf_gpu_args* kernel_args = nullptr;
@@ -93,7 +94,10 @@ inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kernel)(opf_gpu_args),
                                                                      const opf_gpu_args* args, unsigned gx,
                                                                      unsigned gy, unsigned block) {
-  std::vector<opf_emu::Thread> threads(block);
+  // Kept across launches: allocating and faulting in fresh coroutine stacks dominated the cost.
+  // A deque never relocates its elements: a ucontext_t points into itself.
+  static std::deque<opf_emu::Thread> threads;
+  if (threads.size() < block) threads.resize(block);
   opf_emu::threads = &threads;
   opf_emu::kernel = kernel;
   opf_emu::kernel_args = args;
