@@ -38,7 +38,9 @@ void CaseFilter::validate() const {
 
 std::string CaseFilter::gtest_filter() const {
   auto any = [](const std::string& s) { return s.empty() ? std::string("*") : s; };
-  return "kernel." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";
+  std::string f = "kernel." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";
+  if (backend.empty()) f += ":peer.*/" + any(op) + "/" + any(dtype) + "/*";  // peer adapter checks
+  return f;
 }
 
 std::string CaseFilter::benchmark_regex() const {

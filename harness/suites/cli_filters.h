@@ -12,7 +12,8 @@ struct CaseFilter {
 
   // Throws opf::Error ("unknown op 'x' (this build has: a, b)") for names this build lacks.
   void validate() const;
-  // GoogleTest filter over the correctness suite's names.
+  // GoogleTest filter over the correctness suite's names (peer adapter checks included unless a
+  // backend is selected: peers have none).
   std::string gtest_filter() const;
   // google-benchmark regex: our benchmarks, the peers of the selected op/dtype, and the probe.
   std::string benchmark_regex() const;

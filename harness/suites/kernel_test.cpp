@@ -13,6 +13,7 @@
 #include "case_name.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "peers/peer.h"
 #include "seed.h"
 #include "staged_case.h"
 #include "tolerance.h"
@@ -116,6 +117,63 @@ class KernelTest : public ::testing::Test {
   KernelCase c_;
 };
 
+// A peer library's adapter (peers/) checked against the same reference: the benchmark's "ratio vs
+// peer" only means something if the adapter computes the op we benchmark it against. Named
+// `peer.<lib>/<op>/<dtype>/<entry>/<shape>`; the peer's own precision is judged with the same
+// tolerance as ours.
+struct PeerCheck {
+  const OpInfo* op;
+  const peers::Adapter* peer;
+  std::string dtype, entry;
+  Shape shape;
+  std::string name;  // <lib>/<op>/<dtype>/<entry>/<shape>
+};
+
+class PeerTest : public ::testing::Test {
+ public:
+  explicit PeerTest(PeerCheck c) : c_(std::move(c)) {}
+
+  void TestBody() override {
+    const DType dtype = *dtype_from_name(c_.dtype);
+    const Params params = c_.op->default_params();
+    const peers::PeerCase pc{c_.entry, dtype, c_.shape, params};
+    if (std::string why = c_.peer->unsupported(pc); !why.empty()) GTEST_SKIP() << why;
+    const std::string repro = "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " " + g_argv0 +
+                              " --gtest_filter='peer." + c_.name + "'";
+    try {
+      for (Variant v : all_variants()) {
+        const std::string vname(variant_name(v));
+        SCOPED_TRACE("variant " + vname);
+        DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, test_seed(g_base_seed, "peer/" + c_.name + "/" + vname), true);
+        if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
+        if (!out_of_range(d).empty()) continue;
+        auto run = c_.peer->make(pc, d);
+        run->run();
+        int compared = 0;
+        for (size_t i = 0; i < d.host.size(); ++i) {
+          const ArgDesc& a = *d.host[i].desc;
+          std::vector<double> got;
+          if (a.role == Role::in || !run->output(a.name, got)) continue;
+          ASSERT_EQ(got.size(), size_t(a.numel())) << "peer output '" << a.name << "' has the wrong size";
+          std::vector<std::byte> stored(size_t(a.numel()) * dtype_size(a.dtype));  // as a kernel would store it
+          for (int64_t j = 0; j < a.numel(); ++j) store_element(a.dtype, stored.data(), j, got[size_t(j)]);
+          const Tolerance tol = tolerance_for(a, d.desc, d.kappa, d.ref[i].v, &d.sensitivity[i], 1.0);
+          const Comparison cmp = compare(a, stored.data(), d.ref[i].v, tol);
+          RecordProperty(vname + "." + a.name + ".worst_err_ratio", std::to_string(cmp.worst_ratio));
+          EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n" << repro;
+          ++compared;
+        }
+        EXPECT_GT(compared, 0) << "the adapter reports none of the op's outputs";
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << repro;
+    }
+  }
+
+ private:
+  PeerCheck c_;
+};
+
 int register_tests() {
   int n = 0;
   for (const OpInfo& op : op_table())
@@ -129,6 +187,20 @@ int register_tests() {
                                     [c = std::move(c)]() -> ::testing::Test* { return new KernelTest(c); });
             ++n;
           }
+  for (const OpInfo& op : op_table())
+    for (const std::string& lib : op.peers) {
+      const peers::Adapter* a = peers::find_adapter(lib, op.name);
+      if (!a) continue;  // not built here (library missing): the benchmark reports it
+      for (const std::string& dtype : op.dtypes)
+        for (const std::string& entry : op.entries)
+          for (const Shape& shape : op.cases) {
+            PeerCheck c{&op, a, dtype, entry, shape, lib + "/" + op.name + "/" + dtype + "/" + entry + "/" + shape_name(shape)};
+            const std::string name = c.name;
+            ::testing::RegisterTest("peer", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                    [c = std::move(c)]() -> ::testing::Test* { return new PeerTest(c); });
+            ++n;
+          }
+    }
   return n;
 }
 

@@ -4,8 +4,10 @@
 // (reported as unsupported). One OpenMP thread: our CPU kernels and the probe are single-threaded.
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <span>
 
 #include "peer.h"
 
@@ -69,7 +71,7 @@ class Run final : public PeerRun {
   Run(const PeerCase& c, const DrawnCase& drawn) : backward_(c.entry == "backward") {
     omp_set_num_threads(1);
     make_descs(c, d_);
-    const double eps = c.params.get("eps");
+    const double eps = eps_ = c.params.get("eps");
     auto data_mem = [&](const HostArg& h) {  // same bits: f32 as f32, bf16 as bf16
       memory m(d_.data, d_.eng);
       std::memcpy(m.get_data_handle(), h.bytes.data(), h.bytes.size());
@@ -113,7 +115,29 @@ class Run final : public PeerRun {
     stream_.wait();
   }
 
+  bool output(std::string_view name, std::vector<double>& out) const override {
+    static const std::pair<std::string_view, int> kForward[] = {
+        {"y", DNNL_ARG_DST}, {"mean", DNNL_ARG_MEAN}, {"rstd", DNNL_ARG_VARIANCE}};
+    static const std::pair<std::string_view, int> kBackward[] = {
+        {"dx", DNNL_ARG_DIFF_SRC}, {"dgamma", DNNL_ARG_DIFF_SCALE}, {"dbeta", DNNL_ARG_DIFF_SHIFT}};
+    for (const auto& [ours, arg] : backward_ ? std::span(kBackward) : std::span(kForward)) {
+      if (ours != name) continue;
+      const memory& m = args_.at(arg);
+      const memory::desc md = m.get_desc();
+      const int64_t n = int64_t(md.get_size() / memory::data_type_size(md.data_type()));
+      const DType t = md.data_type() == memory::data_type::bf16 ? DType::bf16
+                      : md.data_type() == memory::data_type::f16 ? DType::f16 : DType::f32;
+      out.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_element(t, static_cast<const std::byte*>(m.get_data_handle()), i);
+      if (name == "rstd")
+        for (double& v : out) v = 1.0 / std::sqrt(v + eps_);
+      return true;
+    }
+    return false;
+  }
+
  private:
+  double eps_ = 0;
   bool backward_;
   Descs d_;
   dnnl::stream stream_{d_.eng};

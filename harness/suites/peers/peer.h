@@ -19,6 +19,10 @@ class PeerRun {
  public:
   virtual ~PeerRun() = default;
   virtual void run() = 0;
+  // After run(): the peer's value of our output argument `name` (in our terms, e.g. rstd rather
+  // than oneDNN's variance), so the correctness suite can check that the adapter computes the
+  // same op we benchmark it against. False when the peer has no such output.
+  virtual bool output(std::string_view name, std::vector<double>& out) const = 0;
 };
 
 struct PeerCase {
