@@ -5,7 +5,7 @@
 //   loader/process_prebuilt/<op>    a fresh process that loads the prebuilt module (spawn included)
 //   loader/process_jit_cache/<op>   a fresh process that loads the cached JIT module
 // The process pair differs only in the load path, so their difference is the loader's cost.
-// Runs against a private cache dir, filled by one compile per op before timing.
+// The cache is filled (at most one compile per op) before timing.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -72,10 +72,11 @@ void register_all() {
     if (op.is_prebuilt("cpu"))
       benchmark::RegisterBenchmark(("loader/process_prebuilt/" + name).c_str(),
                                    [name](benchmark::State& st) { for (auto _ : st) run_helper(name, false, st); })
-          ->Unit(benchmark::kMillisecond);
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(20);
     benchmark::RegisterBenchmark(("loader/process_jit_cache/" + name).c_str(),
                                  [name](benchmark::State& st) { for (auto _ : st) run_helper(name, true, st); })
-        ->Unit(benchmark::kMillisecond);
+        ->Unit(benchmark::kMillisecond)->Iterations(20);
   }
 }
 
@@ -88,21 +89,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loader_bench: OPF_JIT_HELPER is not set (meson test --benchmark sets it)\n");
     return 2;
   }
+  // meson points OPFORGE_CACHE_DIR at the build tree's JIT cache (shared with the suites, so
+  // the warm-up compiles at most once per build); otherwise a private temporary one
   char tmpl[] = "/tmp/opforge-loader-bench-XXXXXX";
-  if (!::mkdtemp(tmpl)) return 2;
-  ::setenv("OPFORGE_CACHE_DIR", tmpl, 1);
+  const bool own_cache = !std::getenv("OPFORGE_CACHE_DIR");
+  if (own_cache) {
+    if (!::mkdtemp(tmpl)) return 2;
+    ::setenv("OPFORGE_CACHE_DIR", tmpl, 1);
+  }
   ::unsetenv("OPFORGE_SOURCE_DIR");
   // fill the cache outside the timed loops (one compile per op)
   ::setenv("OPFORGE_FORCE_JIT", "1", 1);
   for (const auto& op : opf::op_table())
     if (op.has_backend("cpu")) {
       const auto& m = opf::Loader::instance().load(op, "cpu");
-      std::fprintf(stderr, "loader_bench: %s cold JIT compile %.2f s\n", op.name.c_str(), m.load_seconds);
+      std::fprintf(stderr, "loader_bench: %s %s in %.2f s\n", op.name.c_str(),
+                   std::string(opf::module_source_name(m.source)).c_str(), m.load_seconds);
     }
   benchmark::Initialize(&argc, argv);
   opf::register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  fs::remove_all(tmpl);
+  if (own_cache) fs::remove_all(tmpl);
   return 0;
 }
