@@ -207,6 +207,9 @@ int main(int argc, char** argv) {
   TableReporter table;
   benchmark::RunSpecifiedBenchmarks(&table);
   table.print_table(stdout);
+  const opf::LoaderStats ls = opf::Loader::instance().stats();
+  std::printf("opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles (outside the timed loops)\n",
+              ls.prebuilt_loads, ls.cache_hits, ls.compiles);
   benchmark::Shutdown();
   return 0;
 }
