@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -82,6 +83,26 @@ std::vector<std::string> jit_compiler() {
   return cmd;
 }
 
+// Absolute, symlink-free path of what posix_spawnp would run for `prog`.
+std::string resolve_program(const std::string& prog) {
+  auto real = [](const std::string& p) -> std::string {
+    std::error_code ec;
+    auto r = std::filesystem::canonical(p, ec);
+    return ec ? "" : r.string();
+  };
+  if (prog.find('/') != std::string::npos) return real(prog);
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string cand = (end > start ? dirs.substr(start, end - start) : ".") + "/" + prog;
+    if (::access(cand.c_str(), X_OK) == 0) return real(cand);
+    start = end + 1;
+  }
+  return "not found: " + prog;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -94,6 +115,9 @@ class CpuBackend final : public Backend {
   std::vector<std::string> jit_identity(const OpInfo& op, const JitSource& src) const override {
     std::vector<std::string> id = command_line(op, src, "<out>");
     id.push_back("compiler=" + build::cpp_toolchain().id + " " + build::cpp_toolchain().version);
+    // Meson's version is from configure time; the binary PATH finds now is what really runs
+    // (Debian's c++ resolves to a versioned file, e.g. x86_64-linux-gnu-g++-12).
+    id.push_back("compiler-binary=" + resolve_program(jit_compiler().front()));
     id.push_back(host_cpu_identity());
     id.push_back("highway=" + std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." + std::to_string(HWY_PATCH));
     return id;

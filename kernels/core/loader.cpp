@@ -1,4 +1,15 @@
 // The loader: prebuilt module of this build -> JIT cache entry -> compile now.
+//
+// Environment (all optional):
+//   OPFORGE_CACHE_DIR            JIT cache root (else $XDG_CACHE_HOME/opforge, else ~/.cache/opforge)
+//   OPFORGE_LOCK_TIMEOUT         seconds to wait for another process building the same key (300)
+//   OPFORGE_SOURCE_DIR           opforge source tree the JIT compiles from (else the configured one)
+//   OPFORGE_MODULE_DIR           where prebuilt modules are (else the build tree's kernels/)
+//   OPFORGE_FORCE_JIT=1          ignore prebuilt modules (tests; comparing prebuilt with JIT)
+//   OPFORGE_TUNE_<OP>_<NAME>=v   override a manifest tuning value; implies JIT for that op
+//   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled
+// One mutex serialises loads in a process (a compile blocks other loads of that process);
+// processes coordinate through the per-key flock in core/jit_cache.h.
 #include "opforge/loader.h"
 
 #include <sys/stat.h>
