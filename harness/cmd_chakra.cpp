@@ -224,7 +224,7 @@ void add_chakra_command(CLI::App& app) {
       return run_regress(o, [](const std::string& l) { std::printf("%s\n", l.c_str()); }) ? 0 : 1;
     });
   }
-  // add_chakra_link_commands(*chakra);   // enabled by the chakra-link helper once harness/cmd_chakra_link.cpp exists
+  add_chakra_link_commands(*chakra);
 }
 
 }  // namespace opf::cli
