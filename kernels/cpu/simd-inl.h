@@ -12,7 +12,9 @@
 #define OPF_CPU_SIMD_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "cpu/storage.h"
 #include "hwy/cache_control.h"
@@ -69,14 +71,9 @@ HWY_INLINE hn::Vec<D> LoadWiden(D d, const f16_t* HWY_RESTRICT p) {
 }
 
 // ---------------------------------------------------------------- stores (round to nearest even)
+// RoundBits: the storage bits of v, one u16 lane per f32 lane.
 template <class D>
-HWY_INLINE void StoreRound(D d, hn::Vec<D> v, float* HWY_RESTRICT p) {
-  hn::StoreU(v, d, p);
-}
-
-template <class D>
-HWY_INLINE void StoreRound(D d, hn::Vec<D> v, bf16_t* HWY_RESTRICT p) {
-  (void)d;
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> RoundBits(D d, hn::Vec<D> v, bf16_t*) {
   const hn::RebindToUnsigned<D> du;
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint16_t, D> du16;
@@ -85,21 +82,21 @@ HWY_INLINE void StoreRound(D d, hn::Vec<D> v, bf16_t* HWY_RESTRICT p) {
   const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), lsb));
   const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
   const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), quiet_nan, rounded);
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, reinterpret_cast<uint16_t*>(p));
+  (void)d;
+  return hn::DemoteTo(du16, hn::BitCast(di, bits));
 }
 
 template <class D>
-HWY_INLINE void StoreRound(D d, hn::Vec<D> v, f16_t* HWY_RESTRICT p) {
-  (void)d;
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> RoundBits(D d, hn::Vec<D> v, f16_t*) {
+  const hn::Rebind<uint16_t, D> du16;
 #if OPF_HWY_NATIVE_F16
-  const hn::Rebind<hwy::float16_t, D> dh;
-  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+  (void)d;
+  return hn::BitCast(du16, hn::DemoteTo(hn::Rebind<hwy::float16_t, D>(), v));
 #else
   // Round to nearest even in integer arithmetic; subnormals by an f32 addition that lets the FPU
   // round (F. Giesen's float_to_half_fast3_rtne). Values above f16 max become inf, NaN -> 0x7e00.
   const hn::RebindToUnsigned<D> du;
   const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> du16;
   const auto bits = hn::BitCast(du, v);
   const auto sign = hn::And(bits, hn::Set(du, 0x80000000u));
   const auto mag = hn::Xor(bits, sign);
@@ -117,8 +114,55 @@ HWY_INLINE void StoreRound(D d, hn::Vec<D> v, f16_t* HWY_RESTRICT p) {
                           small, normal);
   o = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, int32_t(143u << 23) - 1))), big, o);
   o = hn::Or(o, hn::ShiftRight<16>(sign));
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, o)), du16, reinterpret_cast<uint16_t*>(p));
+  return hn::DemoteTo(du16, hn::BitCast(di, o));
 #endif
+}
+
+template <class D>
+HWY_INLINE void StoreRound(D d, hn::Vec<D> v, float* HWY_RESTRICT p) {
+  hn::StoreU(v, d, p);
+}
+template <class D, class S>
+HWY_INLINE void StoreRound(D d, hn::Vec<D> v, S* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, D> du16;
+  hn::StoreU(RoundBits(d, v, p), du16, reinterpret_cast<uint16_t*>(p));
+}
+
+// Non-temporal store; p must be aligned to the stored vector's size.
+template <class D>
+HWY_INLINE void StreamRound(D d, hn::Vec<D> v, float* HWY_RESTRICT p) {
+  hn::Stream(v, d, p);
+}
+template <class D, class S>
+HWY_INLINE void StreamRound(D d, hn::Vec<D> v, S* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, D> du16;
+  hn::Stream(RoundBits(d, v, p), du16, reinterpret_cast<uint16_t*>(p));
+}
+
+// Streaming pays off only for whole vectors of at least 16 bytes (x86_128's Stream of a partial
+// vector would write past it).
+template <class S>
+constexpr bool kCanStream = HWY_LANES(float) * sizeof(S) >= 16 && HWY_TARGET != HWY_SCALAR;
+
+// Writes y[0, n): vec(j) gives elements [j, j + lanes), one(j) element j (head/tail; same formula).
+// stream: non-temporal stores for the vector-aligned body, so that an output larger than the
+// cache does not cost a read-for-ownership per line; the caller ends with hwy::FlushStream().
+template <class D, class S, class VecF, class OneF>
+HWY_INLINE void WriteRow(D d, S* HWY_RESTRICT y, size_t n, bool stream, VecF&& vec, OneF&& one) {
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  if constexpr (kCanStream<S>) {
+    const uintptr_t bytes = N * sizeof(S), addr = reinterpret_cast<uintptr_t>(y);
+    if (stream && addr % sizeof(S) == 0) {
+      const size_t head = std::min(n, size_t((bytes - addr % bytes) % bytes / sizeof(S)));
+      for (; j < head; ++j) y[j] = from_f32<S>(one(j));
+      for (; j + N <= n; j += N) StreamRound(d, vec(j), y + j);
+      for (; j < n; ++j) y[j] = from_f32<S>(one(j));
+      return;
+    }
+  }
+  for (; j + N <= n; j += N) StoreRound(d, vec(j), y + j);
+  for (; j < n; ++j) y[j] = from_f32<S>(one(j));
 }
 
 // ---------------------------------------------------------------- reductions

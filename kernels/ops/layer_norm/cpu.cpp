@@ -14,6 +14,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#ifndef OPF_TUNE_STREAM_MIN_BYTES
+#define OPF_TUNE_STREAM_MIN_BYTES (16 << 20)  // outputs this large bypass the cache (~ usable L3)
+#endif
 #ifndef OPF_TUNE_REDUCE_ROWS
 #define OPF_TUNE_REDUCE_ROWS 32
 #endif
@@ -114,6 +117,7 @@ void ForwardT(const Forward& a) {
     b = scratch.get() + 2 * n;
   }
   const float inv_n = 1.0f / float(n);
+  const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
@@ -128,7 +132,7 @@ void ForwardT(const Forward& a) {
     size_t j = 0;
     for (; j + 2 * N <= n; j += 2 * N) {
       PrefetchSpan(x_next + j, 2 * N);
-      PrefetchSpanForWrite(y_next + j, 2 * N);
+      if (!stream) PrefetchSpanForWrite(y_next + j, 2 * N);
       const auto d0 = hn::Sub(hn::LoadU(d, xf + j), vm0), d1 = hn::Sub(hn::LoadU(d, xf + j + N), vm0);
       s0 = hn::Add(s0, d0);
       s1 = hn::Add(s1, d1);
@@ -152,14 +156,17 @@ void ForwardT(const Forward& a) {
     const float mean = mean0 + sd * inv_n;
 
     const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
-    for (j = 0; j + N <= n; j += N) {
-      const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + j), vm), vr);
-      StoreRound(d, hn::MulAdd(xh, hn::LoadU(d, g + j), hn::LoadU(d, b + j)), y + j);
-    }
-    for (; j < n; ++j) y[j] = from_f32<S>((xf[j] - mean) * r * g[j] + b[j]);
+    WriteRow(
+        d, y, n, stream,
+        [&](size_t k) {
+          const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + k), vm), vr);
+          return hn::MulAdd(xh, hn::LoadU(d, g + k), hn::LoadU(d, b + k));
+        },
+        [&](size_t k) { return std::fma((xf[k] - mean) * r, g[k], b[k]); });
     a.mean[i] = mean;
     a.rstd[i] = r;
   }
+  if (stream) hwy::FlushStream();
 }
 
 template <class S>
@@ -175,6 +182,7 @@ void BackwardT(const Backward& a) {
   std::memset(pdg, 0, 2 * n * sizeof(float));
   Widen(static_cast<const S*>(a.gamma), g, n);
   const float inv_n = 1.0f / float(n);
+  const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
@@ -213,18 +221,17 @@ void BackwardT(const Backward& a) {
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
-    for (j = 0; j + N <= n; j += N) {
-      PrefetchSpan(x + next + j, N);
-      PrefetchSpan(dy + next + j, N);
-      PrefetchSpanForWrite(dx + next + j, N);
-      const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + j), vm), vr);
-      const auto gd = hn::Mul(hn::LoadU(d, g + j), hn::LoadU(d, dyf + j));
-      StoreRound(d, hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1))), dx + j);
-    }
-    for (; j < n; ++j) {
-      const float xh = (xf[j] - mean) * r;
-      dx[j] = from_f32<S>(r * (g[j] * dyf[j] - (xh * c2 + c1)));
-    }
+    WriteRow(
+        d, dx, n, stream,
+        [&](size_t k) {
+          PrefetchSpan(x + next + k, N);
+          PrefetchSpan(dy + next + k, N);
+          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+          const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + k), vm), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), hn::LoadU(d, dyf + k));
+          return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
+        },
+        [&](size_t k) { return r * (g[k] * dyf[k] - std::fma((xf[k] - mean) * r, c2, c1)); });
 
     if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
       for (size_t k = 0; k < n; ++k) {
@@ -234,6 +241,7 @@ void BackwardT(const Backward& a) {
       std::memset(pdg, 0, 2 * n * sizeof(float));
     }
   }
+  if (stream) hwy::FlushStream();
   S *dg = static_cast<S*>(a.dgamma), *db = static_cast<S*>(a.dbeta);
   for (size_t k = 0; k < n; ++k) {
     dg[k] = from_f32<S>(float(tdg[k]));

@@ -11,6 +11,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#ifndef OPF_TUNE_STREAM_MIN_BYTES
+#define OPF_TUNE_STREAM_MIN_BYTES (16 << 20)  // outputs this large bypass the cache (~ usable L3)
+#endif
 #ifndef OPF_TUNE_REDUCE_ROWS
 #define OPF_TUNE_REDUCE_ROWS 32
 #endif
@@ -82,6 +85,7 @@ void ForwardT(const Forward& a) {
     g = scratch.get() + n;
   }
   const float inv_n = 1.0f / float(n);
+  const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
@@ -110,14 +114,17 @@ void ForwardT(const Forward& a) {
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const auto vr = hn::Set(d, r);
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
-    for (j = 0; j + N <= n; j += N) {
-      PrefetchSpan(x + next + j, N);
-      PrefetchSpanForWrite(y + next + j, N);
-      StoreRound(d, hn::Mul(hn::Mul(hn::LoadU(d, xf + j), vr), hn::LoadU(d, g + j)), y + j);
-    }
-    for (; j < n; ++j) y[j] = from_f32<S>(xf[j] * r * g[j]);
+    WriteRow(
+        d, y, n, stream,
+        [&](size_t k) {
+          PrefetchSpan(x + next + k, N);
+          if (!stream) PrefetchSpanForWrite(y + next + k, N);
+          return hn::Mul(hn::Mul(hn::LoadU(d, xf + k), vr), hn::LoadU(d, g + k));
+        },
+        [&](size_t k) { return xf[k] * r * g[k]; });
     a.rstd[i] = r;
   }
+  if (stream) hwy::FlushStream();
 }
 
 template <class S>
@@ -132,6 +139,7 @@ void BackwardT(const Backward& a) {
   std::memset(pdg, 0, n * sizeof(float));
   Widen(static_cast<const S*>(a.gamma), g, n);
   const float inv_n = 1.0f / float(n);
+  const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
@@ -165,21 +173,24 @@ void BackwardT(const Backward& a) {
     const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
-    for (j = 0; j + N <= n; j += N) {
-      PrefetchSpan(x + next + j, N);
-      PrefetchSpan(dy + next + j, N);
-      PrefetchSpanForWrite(dx + next + j, N);
-      const auto xh = hn::Mul(hn::LoadU(d, xf + j), vr);
-      const auto gd = hn::Mul(hn::LoadU(d, g + j), hn::LoadU(d, dyf + j));
-      StoreRound(d, hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd)), dx + j);
-    }
-    for (; j < n; ++j) dx[j] = from_f32<S>(r * (g[j] * dyf[j] - xf[j] * r * c2));
+    WriteRow(
+        d, dx, n, stream,
+        [&](size_t k) {
+          PrefetchSpan(x + next + k, N);
+          PrefetchSpan(dy + next + k, N);
+          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+          const auto xh = hn::Mul(hn::LoadU(d, xf + k), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), hn::LoadU(d, dyf + k));
+          return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
+        },
+        [&](size_t k) { return r * std::fma(-(xf[k] * r), c2, g[k] * dyf[k]); });
 
     if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
       for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
       std::memset(pdg, 0, n * sizeof(float));
     }
   }
+  if (stream) hwy::FlushStream();
   S* dg = static_cast<S*>(a.dgamma);
   for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(tdg[k]));
 }

@@ -13,6 +13,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#ifndef OPF_TUNE_STREAM_MIN_BYTES
+#define OPF_TUNE_STREAM_MIN_BYTES (16 << 20)  // outputs this large bypass the cache (~ usable L3)
+#endif
 #ifndef OPF_SCALED_MASKED_SOFTMAX_CPU_COMMON
 #define OPF_SCALED_MASKED_SOFTMAX_CPU_COMMON
 #include <algorithm>
@@ -68,6 +71,7 @@ void ForwardT(const Forward& a) {
   auto z = hwy::AllocateAligned<float>(n);
   const auto vscale = hn::Set(d, a.scale), vmasked = hn::Set(d, kMaskedScore);
   const int64_t rows = a.batch * a.heads * a.sq;
+  const bool stream = double(rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t bi = r / (a.heads * a.sq), si = r % a.sq;
     const uint8_t* m = a.mask + (bi * a.sq + si) * a.sk;
@@ -100,7 +104,7 @@ void ForwardT(const Forward& a) {
     if (next == 0) m_next = m;
     for (j = 0; j + N <= n; j += N) {
       PrefetchSpan(x + next + j, N);
-      PrefetchSpanForWrite(y + next + j, N);
+      if (!stream) PrefetchSpanForWrite(y + next + j, N);
       if (j % 64 == 0) PrefetchSpan(m_next + j, 1);
       const auto t = hn::Sub(hn::Load(d, z.get() + j), vmx);
       const auto e = hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpNormalRange(d, hn::Max(t, vfloor)));
@@ -112,9 +116,11 @@ void ForwardT(const Forward& a) {
 
     const float inv = 1.0f / sum;
     const auto vinv = hn::Set(d, inv);
-    for (j = 0; j + N <= n; j += N) StoreRound(d, hn::Mul(hn::Load(d, z.get() + j), vinv), y + j);
-    for (; j < n; ++j) y[j] = from_f32<S>(z[j] * inv);
+    WriteRow(
+        d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z.get() + k), vinv); },
+        [&](size_t k) { return z[k] * inv; });
   }
+  if (stream) hwy::FlushStream();
 }
 
 template <class S>
