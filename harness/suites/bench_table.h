@@ -23,6 +23,7 @@ class TableReporter : public benchmark::ConsoleReporter {
   };
   std::vector<std::string> order_;
   std::map<std::string, Row> rows_;
+  double cpu_share_min_ = 1;  // lowest cpu_time / real_time seen (single-threaded work: ~1 when idle)
 };
 
 }  // namespace opf::suites
