@@ -105,7 +105,8 @@ class GpuModule {
   // module that lacks one is rejected here rather than failing mid-run.
   GpuModule(Api& api, typename Api::Module mod, const OpInfo& op, const char* backend, std::string isa,
             const std::string& path)
-      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)) {
+      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), spec_(op.spec),
+        params_(op.default_params()) {
     for (const auto& entry : op.entries) {
       Entry e;
       const std::string pname = gpu_plan_name(op.name, entry);
@@ -163,6 +164,7 @@ class GpuModule {
     auto k = it->second.kernels.find(dtype);
     if (k == it->second.kernels.end()) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     const opf_gpu_plan& plan = it->second.plan;
+    if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
 
     std::lock_guard lock(mu_);  // the workspace is shared by this module's calls
     if (int rc = api_.make_current(); rc != 0) return fail("cannot bind the device context", rc);
@@ -192,6 +194,24 @@ class GpuModule {
     return "";
   }
 
+  // A kernel reads its pointers blindly: a missing tensor or a wrong dtype would fault on the
+  // device, so the call is checked against the op's own argument list (ref.cpp) first.
+  std::string check_tensors(const opf_call* c) const {
+    for (int i = 0; i < c->nargs; ++i)
+      if (!c->args[i].data) return "tensor " + std::to_string(i) + " has no data";
+    if (!spec_ || !spec_->describe) return "";
+    const opf_tensor& t0 = c->args[0];
+    const Shape shape(t0.shape, t0.shape + t0.ndim);
+    const CaseDesc d = spec_->describe(c->entry, DType(t0.dtype), shape, params_);
+    if (!d.unsupported.empty()) return d.unsupported;
+    if (d.args.size() != size_t(c->nargs))
+      return "expects " + std::to_string(d.args.size()) + " tensors, got " + std::to_string(c->nargs);
+    for (size_t i = 0; i < d.args.size(); ++i)
+      if (c->args[i].dtype != int32_t(d.args[i].dtype))
+        return "tensor '" + d.args[i].name + "' must be " + std::string(dtype_name(d.args[i].dtype));
+    return "";
+  }
+
   std::string fail(const std::string& what, int rc) { return op_ + "/" + backend_ + ": " + what + " failed: " + api_.error(rc); }
 
   Api& api_;
@@ -199,6 +219,8 @@ class GpuModule {
   std::string op_;
   const char* backend_;
   std::string isa_;
+  const OpSpec* spec_;
+  Params params_;
   std::map<std::string, Entry> entries_;
   opf_module_info info_{};
   std::mutex mu_;

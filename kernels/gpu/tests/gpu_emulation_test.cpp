@@ -239,6 +239,43 @@ class EmuTest : public ::testing::Test {
   Case c_;
 };
 
+// The generic launcher checks a call against the op's argument list before launching: on a
+// device, a missing tensor or a wrong dtype would be a fault, not a message.
+TEST(EmuLauncher, RejectsMalformedCalls) {
+  const OpInfo* op = find_op("layer_norm");
+  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip"))) GTEST_SKIP() << "layer_norm has no GPU backend here";
+  const opf_module_info* m = emu_module(*op, 32);
+  std::vector<float> x(16, 1.0f), g(8, 1.0f), b(8, 0.0f), y(16), mean(2), rstd(2);
+  auto t = [](void* p, DType d, std::vector<int64_t> shape) {
+    opf_tensor r{p, int32_t(d), int32_t(shape.size()), {}};
+    for (size_t i = 0; i < shape.size(); ++i) r.shape[i] = shape[i];
+    return r;
+  };
+  std::vector<opf_tensor> args = {t(x.data(), DType::f32, {2, 8}), t(g.data(), DType::f32, {8}),
+                                  t(b.data(), DType::f32, {8}),     t(y.data(), DType::f32, {2, 8}),
+                                  t(mean.data(), DType::f32, {2}),  t(rstd.data(), DType::f32, {2})};
+  const double eps = 1e-5;
+  char err[512];
+  auto run = [&](const char* entry, int nargs) {
+    err[0] = 0;
+    opf_call c{entry, args.data(), nargs, &eps, 1, nullptr};
+    return m->run(m, &c, err, sizeof err);
+  };
+  ASSERT_EQ(run("forward", 6), 0) << err;  // the well-formed call works
+  EXPECT_NEAR(y[0], 0.0, 1e-6);             // constant rows normalise to beta
+  EXPECT_NE(run("forward", 5), 0);
+  EXPECT_NE(std::string(err).find("expects 6 tensors, got 5"), std::string::npos) << err;
+  EXPECT_NE(run("sideways", 6), 0);
+  EXPECT_NE(std::string(err).find("no entry 'sideways'"), std::string::npos) << err;
+  args[4].dtype = int32_t(DType::f16);
+  EXPECT_NE(run("forward", 6), 0);
+  EXPECT_NE(std::string(err).find("tensor 'mean' must be f32"), std::string::npos) << err;
+  args[4].dtype = int32_t(DType::f32);
+  args[2].data = nullptr;
+  EXPECT_NE(run("forward", 6), 0);
+  EXPECT_NE(std::string(err).find("tensor 2 has no data"), std::string::npos) << err;
+}
+
 void register_cases() {
   for (const OpInfo& op : op_table()) {
     if (!op.has_backend("cuda") && !op.has_backend("hip")) continue;
