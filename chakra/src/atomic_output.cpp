@@ -73,6 +73,10 @@ void AtomicOutput::flush_buffer() {
 void AtomicOutput::write(std::string_view bytes) {
   if (buf_.size() + bytes.size() > kBuf) flush_buffer();
   if (bytes.size() > kBuf) {
+    if (!gzip_) {
+      write_raw(bytes.data(), bytes.size());   // big blocks go straight to the file
+      return;
+    }
     buf_.assign(bytes);
     flush_buffer();
     return;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <future>
 #include <ctime>
 #include <unordered_map>
 
@@ -11,6 +13,7 @@
 #include "et_graph.h"
 #include "et_stream.h"
 #include "host_et.h"
+#include "id_index.h"
 #include "input_error.h"
 #include "proto/et_def.pb.h"
 #include "py_repr.h"
@@ -107,13 +110,11 @@ class Converter {
     if (opt_.warn) opt_.warn(msg);
     else std::fprintf(stderr, "opforge chakra: warning: %s\n", msg.c_str());
   }
-  uint32_t find(int64_t id) const {
-    auto it = index_.find(id);
-    return it == index_.end() ? kNone : it->second;
-  }
+  uint32_t find(int64_t id) const { return id < 0 ? kNone : index_.find(uint64_t(id)); }
   void convert_node(uint32_t i);
   void encode_deps();
   void write(const std::vector<uint32_t>& final_order);
+  void fill_node(const Out& o, ChakraProtoMsg::Node& pn) const;
 
   const std::string& in_;
   const std::string& out_path_;
@@ -121,7 +122,7 @@ class Converter {
   RefLog log_;
   HostTrace tr_;
   ConvertStats stats_;
-  std::unordered_map<int64_t, uint32_t> index_;
+  IdIndex index_;
   std::vector<JType> jtype_;
   std::vector<uint32_t> child_begin_, child_list_;       // JSON children (all), sorted by id descending
   std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;   // GPU children in JSON order
@@ -246,6 +247,59 @@ void Converter::encode_deps() {
   }
 }
 
+void Converter::fill_node(const Out& o, ChakraProtoMsg::Node& pn) const {
+  const HostNode& n = tr_.nodes[o.src];
+  pn.Clear();
+  pn.set_id(uint64_t(n.id));
+  pn.set_name(n.name.data(), n.name.size());
+  pn.set_type(o.type);
+  if (o.has_ctrl) pn.add_ctrl_deps(uint64_t(o.ctrl));
+  for (int64_t d : o.data_deps) pn.add_data_deps(uint64_t(d));
+  // reference hack: the optimizer-step annotation covers most of the step, so it gets 0
+  int64_t dur = n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration;
+  pn.set_duration_micros(uint64_t(dur));
+  auto* in = pn.mutable_inputs();
+  in->set_values(n.in_values.data(), n.in_values.size());
+  in->set_shapes(n.in_shapes.data(), n.in_shapes.size());
+  in->set_types(n.in_types.data(), n.in_types.size());
+  auto* ou = pn.mutable_outputs();
+  ou->set_values(n.out_values.data(), n.out_values.size());
+  ou->set_shapes(n.out_shapes.data(), n.out_shapes.size());
+  ou->set_types(n.out_types.data(), n.out_types.size());
+  for (int a = 0; a < kIntAttrCount; ++a) {
+    auto* at = pn.add_attr();
+    at->set_name(kIntAttrNames[a]);
+    at->set_int64_val(n.attr[a]);
+  }
+  auto* at = pn.add_attr();
+  at->set_name("op_schema");
+  at->set_string_val(n.op_schema.data(), n.op_schema.size());
+  at = pn.add_attr();
+  at->set_name("is_cpu_op");
+  at->set_bool_val(!n.is_gpu);
+  if (!n.stream_null) {
+    at = pn.add_attr();
+    at->set_name("stream");
+    at->set_int64_val(n.stream);
+  }
+  if (o.type == ChakraProtoMsg::COMM_COLL_NODE && o.comm_type >= 0) {
+    at = pn.add_attr();
+    at->set_name("comm_type");
+    at->set_int64_val(o.comm_type);
+  }
+  if (o.type == ChakraProtoMsg::COMM_COLL_NODE || o.type == ChakraProtoMsg::COMM_SEND_NODE ||
+      o.type == ChakraProtoMsg::COMM_RECV_NODE) {
+    at = pn.add_attr();
+    at->set_name("comm_size");
+    at->set_int64_val(o.comm_size_zero ? 0 : n.comm_size);
+    if (!o.pg_name.empty()) {
+      at = pn.add_attr();
+      at->set_name("pg_name");
+      at->set_string_val(o.pg_name.data(), o.pg_name.size());
+    }
+  }
+}
+
 void Converter::write(const std::vector<uint32_t>& final_order) {
   if (log_.enabled()) {
     log_.debug("Opening Chakra execution trace file: " + out_path_);
@@ -275,63 +329,40 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
     w.write(gm);
   }
   if (log_.enabled()) log_.debug("Encoding and writing nodes for Chakra execution trace.");
-  ChakraProtoMsg::Node pn;
   std::vector<uint32_t> by_id(final_order);
-  std::sort(by_id.begin(), by_id.end(),
-            [&](uint32_t a, uint32_t b) { return tr_.nodes[outs_[a].src].id < tr_.nodes[outs_[b].src].id; });
-  for (uint32_t k : by_id) {
-    const Out& o = outs_[k];
-    const HostNode& n = tr_.nodes[o.src];
-    pn.Clear();
-    pn.set_id(uint64_t(n.id));
-    pn.set_name(n.name.data(), n.name.size());
-    pn.set_type(o.type);
-    if (o.has_ctrl) pn.add_ctrl_deps(uint64_t(o.ctrl));
-    for (int64_t d : o.data_deps) pn.add_data_deps(uint64_t(d));
-    int64_t dur = n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration;
-    pn.set_duration_micros(uint64_t(dur));
-    auto* in = pn.mutable_inputs();
-    in->set_values(n.in_values.data(), n.in_values.size());
-    in->set_shapes(n.in_shapes.data(), n.in_shapes.size());
-    in->set_types(n.in_types.data(), n.in_types.size());
-    auto* ou = pn.mutable_outputs();
-    ou->set_values(n.out_values.data(), n.out_values.size());
-    ou->set_shapes(n.out_shapes.data(), n.out_shapes.size());
-    ou->set_types(n.out_types.data(), n.out_types.size());
-    for (int a = 0; a < kIntAttrCount; ++a) {
-      auto* at = pn.add_attr();
-      at->set_name(kIntAttrNames[a]);
-      at->set_int64_val(n.attr[a]);
+  auto id_less = [&](uint32_t a, uint32_t b) { return tr_.nodes[outs_[a].src].id < tr_.nodes[outs_[b].src].id; };
+  if (!std::is_sorted(by_id.begin(), by_id.end(), id_less)) std::sort(by_id.begin(), by_id.end(), id_less);
+  // Serialization is the costly part: chunks are encoded by worker tasks and written in order.
+  constexpr size_t kChunk = 8192;
+  // Buffers are recycled: fresh multi-MB buffers would be page-faulted in again for each chunk.
+  auto encode = [this, &by_id](std::string buf, size_t begin, size_t end) {
+    buf.clear();
+    EtWriter cw(buf);
+    ChakraProtoMsg::Node pn;
+    for (size_t j = begin; j < end; ++j) {
+      fill_node(outs_[by_id[j]], pn);
+      cw.write(pn);
     }
-    auto* at = pn.add_attr();
-    at->set_name("op_schema");
-    at->set_string_val(n.op_schema.data(), n.op_schema.size());
-    at = pn.add_attr();
-    at->set_name("is_cpu_op");
-    at->set_bool_val(!n.is_gpu);
-    if (!n.stream_null) {
-      at = pn.add_attr();
-      at->set_name("stream");
-      at->set_int64_val(n.stream);
+    return buf;
+  };
+  std::deque<std::future<std::string>> pending;
+  std::vector<std::string> spare;
+  auto drain_one = [&] {
+    std::string b = pending.front().get();
+    pending.pop_front();
+    out.write(b);
+    spare.push_back(std::move(b));
+  };
+  for (size_t b = 0; b < by_id.size(); b += kChunk) {
+    std::string buf;
+    if (!spare.empty()) {
+      buf = std::move(spare.back());
+      spare.pop_back();
     }
-    if (o.type == ChakraProtoMsg::COMM_COLL_NODE && o.comm_type >= 0) {
-      at = pn.add_attr();
-      at->set_name("comm_type");
-      at->set_int64_val(o.comm_type);
-    }
-    if (o.type == ChakraProtoMsg::COMM_COLL_NODE || o.type == ChakraProtoMsg::COMM_SEND_NODE ||
-        o.type == ChakraProtoMsg::COMM_RECV_NODE) {
-      at = pn.add_attr();
-      at->set_name("comm_size");
-      at->set_int64_val(o.comm_size_zero ? 0 : n.comm_size);
-      if (!o.pg_name.empty()) {
-        at = pn.add_attr();
-        at->set_name("pg_name");
-        at->set_string_val(o.pg_name.data(), o.pg_name.size());
-      }
-    }
-    w.write(pn);
+    pending.push_back(std::async(std::launch::async, encode, std::move(buf), b, std::min(by_id.size(), b + kChunk)));
+    if (pending.size() > 3) drain_one();
   }
+  while (!pending.empty()) drain_one();
   out.commit();
   if (log_.enabled()) log_.debug("Chakra execution trace writing completed.");
 }
@@ -363,13 +394,10 @@ ConvertStats Converter::run() {
     log_.debug("Parsed JSON metadata: {'schema': " + schema_repr + ", 'pid': " + m.pid_repr + ", 'time': " +
                m.time_repr + ", 'start_ts': " + m.start_ts_repr + ", 'finish_ts': " + m.finish_ts_repr + "}");
   }
-  index_.reserve(n * 2);
-  for (uint32_t i = 0; i < n; ++i) {
-    auto [it, fresh] = index_.emplace(nodes[i].id, i);
-    if (!fresh) {
-      const HostNode& first = nodes[it->second];
-      fail_node(nodes[i], "duplicate node id (also at byte " + std::to_string(first.offset) + ")");
-    }
+  {
+    size_t dup = 0, first = 0;
+    if (!index_.build(n, [&](size_t i) { return nodes[i].id; }, &dup, &first))
+      fail_node(nodes[dup], "duplicate node id (also at byte " + std::to_string(nodes[first].offset) + ")");
   }
   jtype_.resize(n);
   size_t cpu_ops = 0, gpu_ops = 0, rpc_ops = 0, nccl_ops = 0, root_ops = 0;
@@ -438,14 +466,16 @@ ConvertStats Converter::run() {
 
   // dangling nodes: no data deps and nobody depends on them (§3.7)
   {
-    std::unordered_map<int64_t, bool> referenced;
-    referenced.reserve(outs_.size());
+    std::vector<bool> referenced(n, false);   // by host index; deps on unknown ids fail validation later
     for (const Out& o : outs_)
-      for (int64_t d : o.data_deps) referenced[d] = true;
+      for (int64_t d : o.data_deps) {
+        uint32_t i = find(d);
+        if (i != kNone) referenced[i] = true;
+      }
     std::vector<int64_t> removed;
     for (Out& o : outs_) {
       int64_t id = nodes[o.src].id;
-      if (o.data_deps.empty() && !referenced.count(id)) {
+      if (o.data_deps.empty() && !referenced[o.src]) {
         o.removed = true;
         removed.push_back(id);
       }
@@ -480,7 +510,8 @@ ConvertStats Converter::run() {
     EtNode& g = graph[j];
     g.id = uint64_t(x.id);
     g.name = x.name;
-    g.data_deps.assign(o.data_deps.begin(), o.data_deps.end());
+    g.data_deps.reserve(o.data_deps.size());
+    for (int64_t d : o.data_deps) g.data_deps.push_back(uint64_t(d));
     if (o.has_ctrl) g.ctrl_deps.push_back(uint64_t(o.ctrl));
     g.duration = uint64_t(x.name.find("Optimizer.step") != std::string_view::npos ? 0 : x.duration);
     g.is_cpu = !x.is_gpu;

@@ -4,7 +4,7 @@
 //
 // compat_reference reproduces the reference converter byte for byte, bugs included. The
 // default mode fixes these reference behaviours (each one covered by a test in
-// chakra/tests/test_converter.cpp; see also chakra/README.md):
+// chakra/tests/test_converter.cpp; see also chakra/src/README.md):
 //  * schemas 1.0.1 (PyTorch <= 2.0 flat format) and 1.1.1-chakra.1.0.0 are read (the reference
 //    rejects the first and crashes on the second);
 //  * an NCCL kernel whose name gives no known collective type no longer aborts the whole

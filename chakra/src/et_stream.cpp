@@ -6,7 +6,8 @@
 namespace opf::chakra {
 
 void EtWriter::write(const google::protobuf::Message& m) {
-  buf_.clear();
+  std::string& buf_ = *sink_;
+  if (out_) buf_.clear();
   size_t size = m.ByteSizeLong();
   uint32_t v = uint32_t(size);
   while (v >= 0x80) {
@@ -17,7 +18,7 @@ void EtWriter::write(const google::protobuf::Message& m) {
   size_t head = buf_.size();
   buf_.resize(head + size);
   m.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(buf_.data() + head));
-  out_.write(buf_);
+  if (out_) out_->write(buf_);
 }
 
 EtReader::EtReader(std::string path, bool compat_reference) : path_(std::move(path)), compat_(compat_reference) {

@@ -15,12 +15,14 @@ namespace opf::chakra {
 
 class EtWriter {
  public:
-  explicit EtWriter(AtomicOutput& out) : out_(out) {}
+  explicit EtWriter(AtomicOutput& out) : out_(&out), sink_(&buf_) {}
+  explicit EtWriter(std::string& sink) : sink_(&sink) {}   // append records to a buffer
   void write(const google::protobuf::Message& m);
 
  private:
-  AtomicOutput& out_;
+  AtomicOutput* out_ = nullptr;
   std::string buf_;
+  std::string* sink_;
 };
 
 class EtReader {

@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "id_index.h"
+
 namespace opf::chakra {
 
 namespace {
@@ -16,17 +18,16 @@ std::string stream_text(const EtNode& n) { return n.has_stream ? std::to_string(
 SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit) {
   SimResult res;
   const uint32_t n = uint32_t(nodes.size());
-  std::unordered_map<uint64_t, uint32_t> pos;
-  pos.reserve(n * 2);
-  for (uint32_t i = 0; i < n; ++i) pos.emplace(nodes[i].id, i);
+  IdIndex pos;
+  pos.build(n, [&](size_t i) { return nodes[i].id; });
 
   // parent -> children from data_deps, children in map order (CSR)
   std::vector<uint32_t> remaining(n, 0), child_begin(n + 1, 0), child_list;
   for (uint32_t i = 0; i < n; ++i)
     for (uint64_t d : nodes[i].data_deps) {
       ++remaining[i];
-      auto it = pos.find(d);
-      if (it != pos.end()) ++child_begin[it->second + 1];
+      uint32_t p = pos.find(d);
+      if (p != IdIndex::kNone) ++child_begin[p + 1];
     }
   for (uint32_t i = 0; i < n; ++i) child_begin[i + 1] += child_begin[i];
   child_list.resize(child_begin[n]);
@@ -34,8 +35,8 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
     std::vector<uint32_t> fill(child_begin.begin(), child_begin.end() - 1);
     for (uint32_t i = 0; i < n; ++i)
       for (uint64_t d : nodes[i].data_deps) {
-        auto it = pos.find(d);
-        if (it != pos.end()) child_list[fill[it->second]++] = i;
+        uint32_t p = pos.find(d);
+        if (p != IdIndex::kNone) child_list[fill[p]++] = i;
       }
   }
 

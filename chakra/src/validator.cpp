@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "id_index.h"
+
 namespace opf::chakra {
 
 namespace {
@@ -10,19 +12,19 @@ std::string label(const EtNode& n) { return "node " + std::to_string(n.id) + " (
 
 std::vector<Issue> validate_graph(const std::vector<EtNode>& nodes, const ValidateOptions& opt) {
   std::vector<Issue> issues;
-  std::unordered_map<uint64_t, uint32_t> pos;
-  pos.reserve(nodes.size() * 2);
-  for (uint32_t i = 0; i < nodes.size(); ++i) {
-    auto [it, fresh] = pos.emplace(nodes[i].id, i);
-    if (!fresh)
-      issues.push_back({true, label(nodes[i]), "duplicate node id " + std::to_string(nodes[i].id) + " (also used by " +
-                                                  label(nodes[it->second]) + ")"});
+  IdIndex pos;
+  {
+    size_t dup = 0, first = 0;
+    if (!pos.build(nodes.size(), [&](size_t i) { return nodes[i].id; }, &dup, &first))
+      issues.push_back({true, label(nodes[dup]), "duplicate node id " + std::to_string(nodes[dup].id) + " (also used by " +
+                                                     label(nodes[first]) + ")"});
   }
   for (const auto& n : nodes) {
     for (uint64_t d : n.data_deps)
-      if (!pos.count(d)) issues.push_back({true, label(n), "data dependency on missing node " + std::to_string(d)});
+      if (pos.find(d) == IdIndex::kNone)
+        issues.push_back({true, label(n), "data dependency on missing node " + std::to_string(d)});
     for (uint64_t d : n.ctrl_deps)
-      if (!pos.count(d))
+      if (pos.find(d) == IdIndex::kNone)
         issues.push_back({opt.ctrl_dangling_is_error, label(n), "control dependency on missing node " + std::to_string(d)});
   }
   // cycles over data_deps (node -> dep), iterative DFS in map order
@@ -43,9 +45,8 @@ std::vector<Issue> validate_graph(const std::vector<EtNode>& nodes, const Valida
       Frame& f = stack.back();
       const auto& deps = nodes[f.node].data_deps;
       if (f.next < deps.size()) {
-        auto it = pos.find(deps[f.next++]);
-        if (it == pos.end()) continue;
-        uint32_t d = it->second;
+        uint32_t d = pos.find(deps[f.next++]);
+        if (d == IdIndex::kNone) continue;
         if (color[d] == kGray) {
           // the cycle is the stack from d to the top, closed by d
           std::string cyc;
