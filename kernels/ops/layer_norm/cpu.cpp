@@ -3,7 +3,8 @@
 // One thread. Each row is read from memory once and revisited in L1/L2:
 //   forward: mean, then the corrected two-pass variance (sum of squared deviations minus the
 //            squared sum of deviations / n — robust to large means, unlike E[x^2] - E[x]^2),
-//            then y; f16/bf16 rows are widened into an f32 scratch row on the first pass.
+//            then y. f16/bf16 rows are re-widened on every pass: cheaper than f32 copies, which
+//            would double the row's cache footprint.
 //   backward: one pass for the row sums and dgamma/dbeta partials, one for dx. Column sums are
 //            f32 partials over OPF_TUNE_REDUCE_ROWS rows flushed into f64 totals: deterministic,
 //            and the long reduction over rows does not lose f32 precision.
@@ -68,29 +69,19 @@ using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 
-// Widens n elements into dst (f32) and returns their sum.
+// Sum of n elements, widened to f32.
 template <class D, class S>
-float WidenSum(D d, const S* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
+float RowSum(D d, const S* HWY_RESTRICT src, size_t n) {
   const size_t N = hn::Lanes(d);
   auto a0 = hn::Zero(d), a1 = hn::Zero(d);
   size_t j = 0;
   for (; j + 2 * N <= n; j += 2 * N) {
-    const auto v0 = LoadWiden(d, src + j), v1 = LoadWiden(d, src + j + N);
-    if constexpr (!std::is_same_v<S, float>) hn::StoreU(v0, d, dst + j), hn::StoreU(v1, d, dst + j + N);
-    a0 = hn::Add(a0, v0);
-    a1 = hn::Add(a1, v1);
+    a0 = hn::Add(a0, LoadWiden(d, src + j));
+    a1 = hn::Add(a1, LoadWiden(d, src + j + N));
   }
-  for (; j + N <= n; j += N) {
-    const auto v = LoadWiden(d, src + j);
-    if constexpr (!std::is_same_v<S, float>) hn::StoreU(v, d, dst + j);
-    a0 = hn::Add(a0, v);
-  }
+  for (; j + N <= n; j += N) a0 = hn::Add(a0, LoadWiden(d, src + j));
   float s = SumLanes(d, hn::Add(a0, a1));
-  for (; j < n; ++j) {
-    const float v = to_f32(src[j]);
-    if constexpr (!std::is_same_v<S, float>) dst[j] = v;
-    s += v;
-  }
+  for (; j < n; ++j) s += to_f32(src[j]);
   return s;
 }
 
@@ -108,21 +99,20 @@ void ForwardT(const Forward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
   constexpr bool wide = std::is_same_v<S, float>;
-  auto scratch = hwy::AllocateAligned<float>(wide ? 1 : 3 * n);
+  auto scratch = hwy::AllocateAligned<float>(wide ? 1 : 2 * n);
   const float *g = static_cast<const float*>(a.gamma), *b = static_cast<const float*>(a.beta);
   if constexpr (!wide) {
-    Widen(static_cast<const S*>(a.gamma), scratch.get() + n, n);
-    Widen(static_cast<const S*>(a.beta), scratch.get() + 2 * n, n);
-    g = scratch.get() + n;
-    b = scratch.get() + 2 * n;
+    Widen(static_cast<const S*>(a.gamma), scratch.get(), n);
+    Widen(static_cast<const S*>(a.beta), scratch.get() + n, n);
+    g = scratch.get();
+    b = scratch.get() + n;
   }
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
-    const float* xf = wide ? reinterpret_cast<const float*>(x) : scratch.get();
-    const float mean0 = WidenSum(d, x, scratch.get(), n) * inv_n;
+    const float mean0 = RowSum(d, x, n) * inv_n;
 
     const auto vm0 = hn::Set(d, mean0);
     auto s0 = hn::Zero(d), s1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
@@ -133,20 +123,20 @@ void ForwardT(const Forward& a) {
     for (; j + 2 * N <= n; j += 2 * N) {
       PrefetchSpan(x_next + j, 2 * N);
       if (!stream) PrefetchSpanForWrite(y_next + j, 2 * N);
-      const auto d0 = hn::Sub(hn::LoadU(d, xf + j), vm0), d1 = hn::Sub(hn::LoadU(d, xf + j + N), vm0);
+      const auto d0 = hn::Sub(LoadWiden(d, x + j), vm0), d1 = hn::Sub(LoadWiden(d, x + j + N), vm0);
       s0 = hn::Add(s0, d0);
       s1 = hn::Add(s1, d1);
       q0 = hn::MulAdd(d0, d0, q0);
       q1 = hn::MulAdd(d1, d1, q1);
     }
     for (; j + N <= n; j += N) {
-      const auto d0 = hn::Sub(hn::LoadU(d, xf + j), vm0);
+      const auto d0 = hn::Sub(LoadWiden(d, x + j), vm0);
       s0 = hn::Add(s0, d0);
       q0 = hn::MulAdd(d0, d0, q0);
     }
     float sd = SumLanes(d, hn::Add(s0, s1)), sq = SumLanes(d, hn::Add(q0, q1));
     for (; j < n; ++j) {
-      const float dv = xf[j] - mean0;
+      const float dv = to_f32(x[j]) - mean0;
       sd += dv;
       sq += dv * dv;
     }
@@ -159,10 +149,10 @@ void ForwardT(const Forward& a) {
     WriteRow(
         d, y, n, stream,
         [&](size_t k) {
-          const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + k), vm), vr);
+          const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
           return hn::MulAdd(xh, hn::LoadU(d, g + k), hn::LoadU(d, b + k));
         },
-        [&](size_t k) { return std::fma((xf[k] - mean) * r, g[k], b[k]); });
+        [&](size_t k) { return std::fma((to_f32(x[k]) - mean) * r, g[k], b[k]); });
     a.mean[i] = mean;
     a.rstd[i] = r;
   }
@@ -173,9 +163,9 @@ template <class S>
 void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
-  constexpr bool wide = std::is_same_v<S, float>;
-  // f32 column partials (dgamma, dbeta), gamma and (narrow dtypes) widened x, dy rows.
-  auto scratch = hwy::AllocateAligned<float>((wide ? 3 : 5) * n);
+  // f32 column partials (dgamma, dbeta) and gamma; the second pass re-widens x, dy from cache
+  // (cheaper than keeping f32 copies, which would double the row's cache footprint)
+  auto scratch = hwy::AllocateAligned<float>(3 * n);
   float *pdg = scratch.get(), *pdb = pdg + n;
   float* g = pdb + n;
   std::vector<double> tdg(n, 0.0), tdb(n, 0.0);
@@ -187,8 +177,6 @@ void BackwardT(const Backward& a) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
     S* dx = static_cast<S*>(a.dx) + i * a.cols;
-    float* xw = wide ? nullptr : g + n;
-    float* dyw = wide ? nullptr : g + 2 * n;
     const float mean = a.mean[i], r = a.rstd[i];
     const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
 
@@ -196,7 +184,6 @@ void BackwardT(const Backward& a) {
     size_t j = 0;
     for (; j + N <= n; j += N) {
       const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-      if constexpr (!wide) hn::StoreU(xv, d, xw + j), hn::StoreU(dyv, d, dyw + j);
       const auto xh = hn::Mul(hn::Sub(xv, vm), vr);
       const auto gd = hn::Mul(hn::LoadU(d, g + j), dyv);
       sg = hn::Add(sg, gd);
@@ -207,7 +194,6 @@ void BackwardT(const Backward& a) {
     float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
     for (; j < n; ++j) {
       const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-      if constexpr (!wide) xw[j] = xv, dyw[j] = dyv;
       const float xh = (xv - mean) * r, gd = g[j] * dyv;
       sum_g += gd;
       sum_gx += gd * xh;
@@ -218,8 +204,6 @@ void BackwardT(const Backward& a) {
     // dx = r/n * (n*g*dy - sum_g - xhat*sum_gx)
     const float c1 = sum_g * inv_n, c2 = sum_gx * inv_n;
     const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
-    const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
-    const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
     WriteRow(
         d, dx, n, stream,
@@ -227,11 +211,13 @@ void BackwardT(const Backward& a) {
           PrefetchSpan(x + next + k, N);
           PrefetchSpan(dy + next + k, N);
           if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-          const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, xf + k), vm), vr);
-          const auto gd = hn::Mul(hn::LoadU(d, g + k), hn::LoadU(d, dyf + k));
+          const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
           return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
         },
-        [&](size_t k) { return r * (g[k] * dyf[k] - std::fma((xf[k] - mean) * r, c2, c1)); });
+        [&](size_t k) {
+          return r * (g[k] * to_f32(dy[k]) - std::fma((to_f32(x[k]) - mean) * r, c2, c1));
+        });
 
     if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
       for (size_t k = 0; k < n; ++k) {

@@ -1,7 +1,8 @@
 // rms_norm — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
 // running CPU; the JIT builds only the host target (-march=native -DHWY_COMPILE_ONLY_STATIC).
 // One thread. Each row is read from memory once and revisited in L1/L2:
-//   forward: sum of squares (f16/bf16 rows widened into an f32 scratch row on the way), then y.
+//   forward: sum of squares, then y. f16/bf16 rows are re-widened on every pass: cheaper than
+//            f32 copies, which would double the row's cache footprint.
 //   backward: one pass for the row sum and the dgamma partials, one for dx. dgamma: f32 partials
 //            over OPF_TUNE_REDUCE_ROWS rows flushed into f64 totals (deterministic).
 // Arithmetic as written: no implicit a*b+c -> fma contraction (GCC's C++ default), so that
@@ -78,40 +79,35 @@ void ForwardT(const Forward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
   constexpr bool wide = std::is_same_v<S, float>;
-  auto scratch = hwy::AllocateAligned<float>(wide ? 1 : 2 * n);
+  auto scratch = hwy::AllocateAligned<float>(wide ? 1 : n);
   const float* g = static_cast<const float*>(a.gamma);
   if constexpr (!wide) {
-    Widen(static_cast<const S*>(a.gamma), scratch.get() + n, n);
-    g = scratch.get() + n;
+    Widen(static_cast<const S*>(a.gamma), scratch.get(), n);
+    g = scratch.get();
   }
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   for (int64_t i = 0; i < a.rows; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
-    float* xw = scratch.get();
     auto q0 = hn::Zero(d), q1 = hn::Zero(d);
     size_t j = 0;
     for (; j + 2 * N <= n; j += 2 * N) {
       const auto v0 = LoadWiden(d, x + j), v1 = LoadWiden(d, x + j + N);
-      if constexpr (!wide) hn::StoreU(v0, d, xw + j), hn::StoreU(v1, d, xw + j + N);
       q0 = hn::MulAdd(v0, v0, q0);
       q1 = hn::MulAdd(v1, v1, q1);
     }
     for (; j + N <= n; j += N) {
       const auto v = LoadWiden(d, x + j);
-      if constexpr (!wide) hn::StoreU(v, d, xw + j);
       q0 = hn::MulAdd(v, v, q0);
     }
     float sq = SumLanes(d, hn::Add(q0, q1));
     for (; j < n; ++j) {
       const float v = to_f32(x[j]);
-      if constexpr (!wide) xw[j] = v;
       sq += v * v;
     }
     const float r = 1.0f / std::sqrt(sq * inv_n + a.eps);
 
-    const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
     const auto vr = hn::Set(d, r);
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
     WriteRow(
@@ -119,9 +115,9 @@ void ForwardT(const Forward& a) {
         [&](size_t k) {
           PrefetchSpan(x + next + k, N);
           if (!stream) PrefetchSpanForWrite(y + next + k, N);
-          return hn::Mul(hn::Mul(hn::LoadU(d, xf + k), vr), hn::LoadU(d, g + k));
+          return hn::Mul(hn::Mul(LoadWiden(d, x + k), vr), hn::LoadU(d, g + k));
         },
-        [&](size_t k) { return xf[k] * r * g[k]; });
+        [&](size_t k) { return to_f32(x[k]) * r * g[k]; });
     a.rstd[i] = r;
   }
   if (stream) hwy::FlushStream();
@@ -131,9 +127,9 @@ template <class S>
 void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
-  constexpr bool wide = std::is_same_v<S, float>;
-  // f32 dgamma partials, gamma and (narrow dtypes) widened x, dy rows
-  auto scratch = hwy::AllocateAligned<float>((wide ? 2 : 4) * n);
+  // f32 dgamma partials and gamma; the second pass re-widens x, dy from cache (cheaper than
+  // keeping f32 copies, which would double the row's cache footprint)
+  auto scratch = hwy::AllocateAligned<float>(2 * n);
   float *pdg = scratch.get(), *g = pdg + n;
   std::vector<double> tdg(n, 0.0);
   std::memset(pdg, 0, n * sizeof(float));
@@ -144,8 +140,6 @@ void BackwardT(const Backward& a) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
     S* dx = static_cast<S*>(a.dx) + i * a.cols;
-    float* xw = wide ? nullptr : g + n;
-    float* dyw = wide ? nullptr : g + 2 * n;
     const float r = a.rstd[i];
     const auto vr = hn::Set(d, r);
 
@@ -153,7 +147,6 @@ void BackwardT(const Backward& a) {
     size_t j = 0;
     for (; j + N <= n; j += N) {
       const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-      if constexpr (!wide) hn::StoreU(xv, d, xw + j), hn::StoreU(dyv, d, dyw + j);
       const auto xh = hn::Mul(xv, vr);
       sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
       hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
@@ -161,7 +154,6 @@ void BackwardT(const Backward& a) {
     float sum_gx = SumLanes(d, sgx);
     for (; j < n; ++j) {
       const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-      if constexpr (!wide) xw[j] = xv, dyw[j] = dyv;
       const float xh = xv * r;
       sum_gx += g[j] * dyv * xh;
       pdg[j] += dyv * xh;
@@ -170,8 +162,6 @@ void BackwardT(const Backward& a) {
     // dx = r/n * (n*g*dy - xhat*sum_gx)
     const float c2 = sum_gx * inv_n;
     const auto vc2 = hn::Set(d, c2);
-    const float* xf = wide ? reinterpret_cast<const float*>(x) : xw;
-    const float* dyf = wide ? reinterpret_cast<const float*>(dy) : dyw;
     const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
     WriteRow(
         d, dx, n, stream,
@@ -179,11 +169,11 @@ void BackwardT(const Backward& a) {
           PrefetchSpan(x + next + k, N);
           PrefetchSpan(dy + next + k, N);
           if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-          const auto xh = hn::Mul(hn::LoadU(d, xf + k), vr);
-          const auto gd = hn::Mul(hn::LoadU(d, g + k), hn::LoadU(d, dyf + k));
+          const auto xh = hn::Mul(LoadWiden(d, x + k), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
           return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
         },
-        [&](size_t k) { return r * std::fma(-(xf[k] * r), c2, g[k] * dyf[k]); });
+        [&](size_t k) { return r * std::fma(-(to_f32(x[k]) * r), c2, g[k] * to_f32(dy[k])); });
 
     if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
       for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
