@@ -5,6 +5,7 @@
 #   env.txt            nvidia-smi, nvcc, git sha        build.log     meson setup + ninja
 #   gpu_backend.xml    GPU backend tests (JUnit)        *.log         each step's output
 #   kernels_*.xml      correctness suite per variant    bench_cuda.json  google-benchmark JSON
+#   ops.log            `opforge ops` (compatibility as the loader sees it)
 #   summary.txt        one line per step: PASS/FAIL/TIMEOUT and seconds
 # Usage: tools/device_check.sh [extra meson -D options]. Exit status: number of failed steps.
 # Step time limits add up to < 600 s (one device call); a warm ccache or carried build dir helps.
@@ -49,8 +50,14 @@ step build 280 bash -c '"$@" && ninja -C "$0"' "$B" "${setup[@]}" -Dcuda=enabled
   "-Dcuda-arch=$ARCH" -Dmode=both -Dchakra=disabled -Dtests=enabled -Dbench=enabled "$@" ||
   { echo "build failed: see $OUT/build.log"; exit 1; }
 
+step ops 20 "$B/harness/opforge" ops
+# Without a usable device every GPU test below skips; say so instead of reporting green.
+if grep -q "incompatible cuda" "$OUT/ops.log"; then
+  grep "incompatible cuda" "$OUT/ops.log" | sed 's/^ */NO DEVICE: /' | tee -a "$OUT/summary.txt"
+  fails=$((fails + 1))
+fi
 T="$B/harness/suites/opforge-kernel-tests"
-step gpu_backend 40 "$B/kernels/gpu/tests/gpu_backend_test" --gtest_output="xml:$OUT/gpu_backend.xml"
+step gpu_backend 30 "$B/kernels/gpu/tests/gpu_backend_test" --gtest_output="xml:$OUT/gpu_backend.xml"
 step kernels_prebuilt 70 "$T" --gtest_filter='kernel.*/cuda/*' --gtest_output="xml:$OUT/kernels_prebuilt.xml"
 step kernels_jit 70 env OPFORGE_FORCE_JIT=1 "$T" --gtest_filter='kernel.*/cuda/*' \
   --gtest_output="xml:$OUT/kernels_jit.xml"
