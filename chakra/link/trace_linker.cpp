@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
+#include <thread>
 #include <unordered_map>
 
 #include "atomic_output.h"
@@ -124,8 +126,27 @@ LinkStats link_traces(const LinkOptions& opt) {
   const bool compat = opt.compat_reference;
   const bool pretty = compat || opt.pretty;
 
+  // ---- read both inputs (in parallel: they are independent) ---------------------------------
+  HostEtIndex host;
+  std::exception_ptr host_error;
+  std::thread host_reader([&] {
+    try {
+      host = index_host_et(opt.host_path);
+    } catch (...) {
+      host_error = std::current_exception();
+    }
+  });
+  KinetoTrace kt;
+  try {
+    kt = read_kineto_trace(opt.kineto_path);
+  } catch (...) {
+    host_reader.join();   // the Kineto error wins: report one problem, deterministically
+    throw;
+  }
+  host_reader.join();
+  if (host_error) std::rethrow_exception(host_error);
+
   // ---- Kineto side -------------------------------------------------------------------------
-  KinetoTrace kt = read_kineto_trace(opt.kineto_path);
   const size_t ncpu = kt.cpu.size();
   st.kineto_cpu_ops = ncpu;
   st.kineto_launches = kt.launches.size();
@@ -156,8 +177,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     for (size_t k = 0; k < ops.size(); ++k) kt.cpu[ops[k]].exclusive = excl[k];
   }
 
-  // ---- host side (indexed before choosing the key: External-id offset detection needs names)
-  HostEtIndex host = index_host_et(opt.host_path);
+  // ---- host side ----------------------------------------------------------------------------
   const size_t nhost = host.nodes.size();
   st.host_nodes = nhost;
 
@@ -492,22 +512,39 @@ LinkStats link_traces(const LinkOptions& opt) {
     new_id[h] = next_id++;
     if (auto* g = gpu_list_of(h)) next_id += int64_t(g->size());
   }
-  std::unordered_map<int64_t, int64_t> minted;   // parents that are not nodes (compat only)
-  int64_t null_minted = -1;
-  auto parent_text = [&](const HostNodeIndex& n) -> std::string {
-    if (n.parent_kind == ParentKind::integer) {
-      auto it = node_by_id.find(n.parent);
-      if (it != node_by_id.end()) return std::to_string(new_id[it->second]);
-      if (!compat) return "null";
-      auto [mit, fresh] = minted.emplace(n.parent, next_id);
-      if (fresh) ++next_id;
-      return std::to_string(mit->second);
+  // Parent values, decided up front in output order (the reference mints fresh ids for parents
+  // that are not nodes in that order): kKeep = leave the field as it is, kNull = null.
+  constexpr int64_t kKeep = INT64_MIN, kNull = INT64_MIN + 1;
+  std::vector<int64_t> parent_out(nhost, kKeep);
+  {
+    std::unordered_map<int64_t, int64_t> minted;
+    int64_t null_minted = -1;
+    for (uint32_t r = 0; r < nhost; ++r) {
+      const uint32_t h = order[r];
+      const auto& n = host.nodes[h];
+      if (compat && n.flat_schema) continue;   // the reference rewrites "ctrl_deps" only
+      if (n.parent_kind == ParentKind::integer) {
+        auto it = node_by_id.find(n.parent);
+        if (it != node_by_id.end()) {
+          parent_out[h] = new_id[it->second];
+        } else if (!compat) {
+          parent_out[h] = kNull;
+        } else {
+          auto [mit, fresh] = minted.emplace(n.parent, next_id);
+          if (fresh) ++next_id;
+          parent_out[h] = mit->second;
+        }
+      } else if (n.parent_kind == ParentKind::null) {
+        // the reference's assign_or_retrieve_id(None) mints one id for all of them
+        if (compat) {
+          if (null_minted < 0) null_minted = next_id++;
+          parent_out[h] = null_minted;
+        } else {
+          parent_out[h] = kNull;
+        }
+      }
     }
-    // null parent: the reference's assign_or_retrieve_id(None) mints one id for all of them
-    if (!compat) return "null";
-    if (null_minted < 0) null_minted = next_id++;
-    return std::to_string(null_minted);
-  };
+  }
 
   // sync_dep placement: target node new id -> GPU copy ids (computed while emitting GPU copies,
   // which precede every node they can target only in compat's lookup order; so gather first)
@@ -548,20 +585,100 @@ LinkStats link_traces(const LinkOptions& opt) {
     sync_on[target] = &lst;
   }
 
-  // ---- write ----------------------------------------------------------------------------------
-  AtomicOutput out(opt.output_path);
-  std::string buf;
-  buf.reserve(1 << 21);
-  auto flush = [&](bool force) {
-    if (force || buf.size() >= (1 << 20)) {
-      out.write(buf);
-      buf.clear();
+  // ---- write: nodes are formatted in blocks by worker threads, written in order --------------
+  struct BlockStats {
+    size_t inter_thread = 0, sync_nodes = 0, gpu = 0, nodes = 0;
+  };
+  struct Worker {
+    dom::parser parser;
+    std::vector<Field> fields, gfields, g;
+    std::string out;
+    BlockStats stats;
+    std::exception_ptr error;
+  };
+  auto emit_rank = [&](uint32_t r, Worker& w) {
+    const uint32_t h = order[r];
+    const auto& n = host.nodes[h];
+    dom::element el;
+    if (auto e = w.parser.parse(host.text.data() + n.begin, n.length, false).get(el))
+      throw InputError(opt.host_path, "node id " + std::to_string(n.id), simdjson::error_message(e));
+    auto& fields = w.fields;
+    fields.clear();
+    for (auto f : dom::object(el)) {
+      bool dup = false;
+      for (auto& x : fields)
+        if (x.key == f.key) {   // Python keeps the first position and the last value
+          x.value = f.value;
+          dup = true;
+        }
+      if (!dup) fields.push_back(Field{f.key, true, f.value, {}});
+    }
+    const std::string_view parent_key = (!compat && n.flat_schema) ? "parent" : "ctrl_deps";
+    set_field(fields, "id", std::to_string(new_id[h]));
+    const int32_t k = match[h];
+    if (k != kNone) {
+      const auto& op = kt.cpu[size_t(k)];
+      set_field(fields, "inclusive_dur", num_text(op.dur));
+      set_field(fields, "exclusive_dur", num_text(op.exclusive));
+      set_field(fields, "ts", num_text(op.ts));
+      if (itd_node[h] != kNone) {
+        set_field(fields, "inter_thread_dep", std::to_string(new_id[size_t(itd_node[h])]));
+        ++w.stats.inter_thread;
+      } else {
+        set_field(fields, "inter_thread_dep", "null");
+      }
+    }
+    const auto* glist = gpu_list_of(h);
+    if (glist) w.gfields = fields;   // the GPU copies start from the updated CPU node
+    auto finish = [&](std::vector<Field>& fs, int64_t id, bool host_node) {
+      auto sit = sync_on.find(id);
+      if (sit != sync_on.end()) {
+        set_field(fs, "sync_dep", int_list_text(*sit->second, pretty));
+        ++w.stats.sync_nodes;
+      }
+      if (!host_node) {
+        set_field(fs, parent_key, std::to_string(new_id[h]));
+      } else if (parent_out[h] != kKeep && has_field(fs, parent_key)) {
+        set_field(fs, parent_key, parent_out[h] == kNull ? std::string("null") : std::to_string(parent_out[h]));
+      }
+      if (r != 0 || !host_node) w.out.push_back(',');
+      emit_node(fs, pretty, w.out);
+      ++w.stats.nodes;
+    };
+    finish(fields, new_id[h], true);
+    if (!glist) return;
+    int64_t gid = new_id[h];
+    for (uint32_t gi : *glist) {
+      const auto& gop = kt.gpu[gi];
+      auto& g = w.g;
+      g = w.gfields;
+      set_field(g, "id", std::to_string(++gid));
+      set_field(g, parent_key, "0");   // set by finish(); here it keeps the key's position
+      std::string t;
+      py_json_string(gop.cat, t);
+      set_field(g, "cat", t);
+      t.clear();
+      py_json_string(gop.name, t);
+      set_field(g, "name", t);
+      set_field(g, "ph", std::string(gop.ph_json));
+      set_field(g, "inclusive_dur", num_text(gop.dur));
+      set_field(g, "exclusive_dur", num_text(gop.dur));
+      set_field(g, "ts", num_text(gop.ts));
+      set_field(g, "stream", std::string(gop.stream_json));
+      if (!gop.pg_name_json.empty() && gop.name.find("ncclDevKernel") != std::string_view::npos)
+        set_field(g, "pg_name", std::string(gop.pg_name_json));
+      ++w.stats.gpu;
+      finish(g, gid, false);
     }
   };
+
+  AtomicOutput out(opt.output_path);
+  std::string buf;
   dom::parser parser;
-  std::vector<Field> fields, gfields;
   buf.push_back('{');
   bool first_top = true;
+  const unsigned nthreads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<Worker> workers(nthreads);
   for (auto& [key, raw] : host.top_level) {
     if (!first_top) buf += pretty ? "," : ", ";
     first_top = false;
@@ -583,83 +700,27 @@ LinkStats link_traces(const LinkOptions& opt) {
       continue;
     }
     buf.push_back('[');
-    bool first_node = true;
-    for (uint32_t r = 0; r < nhost; ++r) {
-      const uint32_t h = order[r];
-      const auto& n = host.nodes[h];
-      dom::element el;
-      if (auto e = parser.parse(host.text.data() + n.begin, n.length, false).get(el))
-        throw InputError(opt.host_path, "node id " + std::to_string(n.id), simdjson::error_message(e));
-      fields.clear();
-      for (auto f : dom::object(el)) {
-        bool dup = false;
-        for (auto& x : fields)
-          if (x.key == f.key) {   // Python keeps the first position and the last value
-            x.value = f.value;
-            dup = true;
-          }
-        if (!dup) fields.push_back(Field{f.key, true, f.value, {}});
-      }
-      const std::string_view parent_key = (!compat && n.flat_schema) ? "parent" : "ctrl_deps";
-      set_field(fields, "id", std::to_string(new_id[h]));
-      const int32_t k = match[h];
-      if (k != kNone) {
-        const auto& op = kt.cpu[size_t(k)];
-        set_field(fields, "inclusive_dur", num_text(op.dur));
-        set_field(fields, "exclusive_dur", num_text(op.exclusive));
-        set_field(fields, "ts", num_text(op.ts));
-        if (itd_node[h] != kNone) {
-          set_field(fields, "inter_thread_dep", std::to_string(new_id[size_t(itd_node[h])]));
-          ++st.inter_thread_deps;
-        } else {
-          set_field(fields, "inter_thread_dep", "null");
+    out.write(buf);
+    buf.clear();
+    constexpr uint32_t kBlock = 2048;   // host nodes per block
+    for (uint32_t r0 = 0; r0 < nhost; r0 += kBlock * nthreads) {
+      auto work = [&](unsigned t) {
+        Worker& w = workers[t];
+        w.out.clear();
+        const uint32_t b = r0 + t * kBlock, e = std::min<uint32_t>(uint32_t(nhost), b + kBlock);
+        try {
+          for (uint32_t r = b; r < e; ++r) emit_rank(r, w);
+        } catch (...) {
+          w.error = std::current_exception();
         }
-      }
-      const auto* glist = gpu_list_of(h);
-      if (glist) gfields = fields;   // the GPU copies start from the updated CPU node
-      auto finish = [&](std::vector<Field>& fs, int64_t id, const HostNodeIndex* parent_of) {
-        auto sit = sync_on.find(id);
-        if (sit != sync_on.end()) {
-          set_field(fs, "sync_dep", int_list_text(*sit->second, pretty));
-          ++st.sync_dep_nodes;
-        }
-        if (parent_of) {
-          if (has_field(fs, parent_key)) set_field(fs, parent_key, parent_text(*parent_of));
-        } else {
-          set_field(fs, parent_key, std::to_string(new_id[h]));
-        }
-        if (!first_node) buf.push_back(',');
-        first_node = false;
-        emit_node(fs, pretty, buf);
-        ++st.output_nodes;
-        flush(false);
       };
-      finish(fields, new_id[h], &n);
-      if (glist) {
-        int64_t gid = new_id[h];
-        std::vector<Field> g;
-        for (uint32_t gi : *glist) {
-          const auto& gop = kt.gpu[gi];
-          g = gfields;
-          set_field(g, "id", std::to_string(++gid));
-          set_field(g, parent_key, "0");   // replaced by finish(); keeps the key's position
-          std::string t;
-          py_json_string(gop.cat, t);
-          set_field(g, "cat", t);
-          t.clear();
-          py_json_string(gop.name, t);
-          set_field(g, "name", t);
-          set_field(g, "ph", std::string(gop.ph_json));
-          set_field(g, "inclusive_dur", num_text(gop.dur));
-          set_field(g, "exclusive_dur", num_text(gop.dur));
-          set_field(g, "ts", num_text(gop.ts));
-          set_field(g, "stream", std::string(gop.stream_json));
-          if (!gop.pg_name_json.empty() && gop.name.find("ncclDevKernel") != std::string_view::npos)
-            set_field(g, "pg_name", std::string(gop.pg_name_json));
-          ++st.gpu_nodes_emitted;
-          finish(g, gid, nullptr);
-        }
-      }
+      std::vector<std::thread> pool;
+      for (unsigned t = 1; t < nthreads && r0 + t * kBlock < nhost; ++t) pool.emplace_back(work, t);
+      work(0);
+      for (auto& th : pool) th.join();
+      for (auto& w : workers)
+        if (w.error) std::rethrow_exception(w.error);
+      for (unsigned t = 0; t < nthreads && r0 + t * kBlock < nhost; ++t) out.write(workers[t].out);
     }
     if (pretty)
       py_json_indent(1, buf);
@@ -670,9 +731,14 @@ LinkStats link_traces(const LinkOptions& opt) {
   if (pretty && !host.top_level.empty()) py_json_indent(0, buf);
   buf.push_back('}');
   if (!pretty) buf.push_back('\n');
-  if (host.top_level.empty()) buf = "{}";
-  flush(true);
+  out.write(buf);
   out.commit();
+  for (auto& w : workers) {
+    st.inter_thread_deps += w.stats.inter_thread;
+    st.sync_dep_nodes += w.stats.sync_nodes;
+    st.gpu_nodes_emitted += w.stats.gpu;
+    st.output_nodes += w.stats.nodes;
+  }
   return st;
 }
 

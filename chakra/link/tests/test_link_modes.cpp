@@ -1,0 +1,133 @@
+// Where default mode deliberately differs from --compat reference, on a small hand-made pair:
+// the narrow sync dependency (a kernel waited for by cudaStreamSynchronize -> the next CPU op)
+// lands on the right node (the reference looks the new id up again as an original id), and
+// parents that are not nodes become null instead of freshly minted ids. Also: linking then
+// converting in compat mode reproduces the reference .et byte for byte.
+#include <gtest/gtest.h>
+
+#include "converter.h"
+#include "link_test_util.h"
+#include "trace_linker.h"
+
+namespace opf::chakra {
+namespace {
+
+std::string node(int id, const char* name, const char* parent, int rf) {
+  return std::string(R"({"id": )") + std::to_string(id) + R"(, "name": ")" + name + R"(", "ctrl_deps": )" + parent +
+         R"(, "inputs": {"values": [], "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": [{"name": "rf_id", "type": "uint64", "value": )" +
+         std::to_string(rf) + R"(}, {"name": "tid", "type": "uint64", "value": 1}]})";
+}
+
+const std::string kHost = R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)" +
+                          node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" +
+                          node(3, "aten::after_sync", "2", 11) + ",\n" + node(4, "aten::launch", "2", 5) + ",\n" +
+                          node(5, "aten::_local_scalar_dense", "2", 10) + ",\n" + node(6, "orphan", "99", 12) + ",\n" +
+                          node(8, "parentless", "null", 13) + ",\n" +
+                          node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) + R"(], "finish_ts": 9})";
+
+const std::string kKineto = R"({"traceEvents": [
+{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "tid": 7, "ts": 0, "dur": 1000, "args": {"External id": 1}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::launch", "tid": 7, "ts": 10, "dur": 20, "args": {"External id": 5, "Record function id": 5}},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 7, "ts": 12, "dur": 3, "args": {"External id": 5, "correlation": 1}},
+{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 70, "ts": 20, "dur": 50, "args": {"External id": 5, "correlation": 1, "stream": 7}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "tid": 7, "ts": 40, "dur": 50, "args": {"External id": 10, "Record function id": 10}},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "tid": 7, "ts": 45, "dur": 40, "args": {"External id": 10, "correlation": 2}},
+{"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 70, "ts": 80, "dur": 0, "args": {"correlation": 2, "stream": 7}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::after_sync", "tid": 7, "ts": 100, "dur": 5, "args": {"External id": 11, "Record function id": 11}},
+{"ph": "X", "cat": "cpu_op", "name": "orphan", "tid": 7, "ts": 200, "dur": 5, "args": {"External id": 12, "Record function id": 12}},
+{"ph": "X", "cat": "cpu_op", "name": "parentless", "tid": 7, "ts": 300, "dur": 5, "args": {"External id": 13, "Record function id": 13}}
+]})";
+
+struct Out {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  simdjson::dom::element by_name(std::string_view name) {
+    for (auto n : doc["nodes"].get_array())
+      if (std::string_view(n["name"]) == name) return n;
+    ADD_FAILURE() << "no node " << name;
+    return {};
+  }
+};
+
+void link(bool compat, Out& out) {
+  auto dir = test::scratch_dir(compat ? "modes_compat" : "modes_default");
+  test::write_text(dir / "host.json", kHost);
+  test::write_text(dir / "kineto.json", kKineto);
+  LinkOptions o;
+  o.host_path = (dir / "host.json").string();
+  o.kineto_path = (dir / "kineto.json").string();
+  o.output_path = (dir / "out.json").string();
+  o.compat_reference = compat;
+  LinkStats st = link_traces(o);
+  EXPECT_EQ(st.matched, compat ? 3u : 5u) << "the reference links only the process root's subtree";
+  EXPECT_EQ(st.gpu_nodes_emitted, 1u);
+  EXPECT_EQ(st.sync_dep_nodes, 1u);
+  ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LinkModes, SyncDepLandsOnTheWaitingOpByDefault) {
+  Out out;
+  link(false, out);
+  // ids: process 0, thread 1, after_sync 2, launch 3, kernel 4, _local_scalar_dense 5, ...
+  EXPECT_EQ(int64_t(out.by_name("k")["id"]), 4);
+  simdjson::dom::array deps;
+  ASSERT_FALSE(out.by_name("aten::after_sync")["sync_dep"].get(deps));
+  ASSERT_EQ(deps.size(), 1u);
+  EXPECT_EQ(int64_t(deps.at(0)), 4);
+  EXPECT_TRUE(out.by_name("[pytorch|profiler|execution_trace|thread]")["sync_dep"].error());
+}
+
+TEST(LinkModes, CompatReproducesTheDoubleLookup) {
+  Out out;
+  link(true, out);
+  // the reference looks the new id 2 up as an original id: 2 is the thread root (new id 1)
+  simdjson::dom::array deps;
+  ASSERT_FALSE(out.by_name("[pytorch|profiler|execution_trace|thread]")["sync_dep"].get(deps));
+  EXPECT_EQ(int64_t(deps.at(0)), 4);
+  EXPECT_TRUE(out.by_name("aten::after_sync")["sync_dep"].error());
+}
+
+TEST(LinkModes, ParentsThatAreNotNodes) {
+  Out d, c;
+  link(false, d);
+  link(true, c);
+  EXPECT_TRUE(d.by_name("orphan")["ctrl_deps"].is_null());
+  EXPECT_TRUE(d.by_name("parentless")["ctrl_deps"].is_null());
+  // reference: fresh ids after the last id (7 host nodes + 1 GPU copy: 0..7), in node order;
+  // a null parent gets one too
+  EXPECT_EQ(int64_t(c.by_name("orphan")["ctrl_deps"]), 8);
+  EXPECT_EQ(int64_t(c.by_name("parentless")["ctrl_deps"]), 9);
+  // the orphan is not under the process root: the reference does not link it
+  EXPECT_TRUE(c.by_name("orphan")["ts"].error());
+  EXPECT_FALSE(d.by_name("orphan")["ts"].error());
+}
+
+TEST(LinkModes, LinkThenConvertReproducesReferenceEt) {
+  const std::string dir = test::traces_dir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/traces not present";
+  auto scratch = test::scratch_dir("link_convert");
+  struct {
+    const char *host, *kineto, *et;
+  } cases[] = {{"mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", "synthetic-linked/c102_kineto_synth.json",
+                "synthetic-linked/c102_linked.ref.et"},
+               {"facebookresearch-param/resnet_et.json.gz", "synthetic-linked/resnet_kineto_synth.json.gz",
+                "synthetic-linked/resnet_linked.ref.et.gz"}};
+  for (auto& c : cases) {
+    LinkOptions o;
+    o.host_path = dir + "/" + c.host;
+    o.kineto_path = dir + "/" + c.kineto;
+    o.output_path = (scratch / "linked.json").string();
+    o.compat_reference = true;
+    link_traces(o);
+    ConvertOptions co;
+    co.compat_reference = true;
+    co.warn = [](const std::string&) {};
+    convert(o.output_path, (scratch / "out.et").string(), co);
+    EXPECT_TRUE(test::read_text(scratch / "out.et") == test::read_text(dir + "/" + c.et)) << c.et;
+  }
+  std::filesystem::remove_all(scratch);
+}
+
+}  // namespace
+}  // namespace opf::chakra
