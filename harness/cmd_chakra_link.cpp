@@ -22,6 +22,7 @@ void add_chakra_link_commands(CLI::App& chakra) {
     sub->add_option("--rank", opt->rank, "rank of the traces (kept for CLI compatibility)");
     sub->add_option("--compat", *compat, "'reference': reproduce the MLCommons reference linker's graph")
         ->check(CLI::IsMember({"reference"}));
+    sub->add_flag("--indent", opt->pretty, "json.dump(indent=4) layout, as the reference writes (always on with --compat reference)");
     sub->add_flag("-q,--quiet", *quiet, "no summary line");
     on_run(sub, [opt, compat, quiet] {
       opt->compat_reference = *compat == "reference";

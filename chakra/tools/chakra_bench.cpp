@@ -3,6 +3,7 @@
 // with the project's own tools (scale: replicate the host ET; synth-kineto: seeded Kineto for
 // it) and cached under $OPF_CHAKRA_BENCH_DIR (default: /tmp/opf_chakra_bench).
 //   link    c102 (host_et_1.0.2, 261 CPU ops per copy) xN + synthetic Kineto  (reference: 514 s at x1000)
+//   link    resnet_et (14 k ops, 2 threads) xN + synthetic Kineto             (reference: 97 s at x10)
 //   convert hf_GPT2_et (27 k nodes) xN                                        (reference: 5.0 s x1, 47.5 s x10)
 // Peak RSS is the process high-water mark reset before each run (/proc/self/clear_refs), so
 // it covers that run only.
@@ -115,6 +116,28 @@ void BM_Link(benchmark::State& state) {
   state.counters["gpu_nodes"] = double(st.gpu_nodes_emitted);
 }
 
+// Two threads (forward + autograd) and NCCL broadcast/all_reduce: resnet_et xN (reference: 97 s at x10).
+void BM_LinkResnet(benchmark::State& state) {
+  const int64_t times = state.range(0);
+  if (!fs::is_directory(shared_traces())) {
+    state.SkipWithError("../shared/traces not present");
+    return;
+  }
+  const std::string host = scaled(shared_traces() + "/facebookresearch-param/resnet_et.json.gz", "resnet", times);
+  const std::string kineto = synth(host);
+  LinkOptions o;
+  o.host_path = host;
+  o.kineto_path = kineto;
+  o.output_path = (bench_dir() / ("linked_resnet_x" + std::to_string(times) + ".json")).string();
+  LinkStats st;
+  Meter m;
+  for (auto _ : state) m.run([&] { st = link_traces(o); });
+  fs::remove(o.output_path);
+  m.report(state, st.kineto_cpu_ops);
+  state.counters["host_nodes"] = double(st.host_nodes);
+  state.counters["gpu_nodes"] = double(st.gpu_nodes_emitted);
+}
+
 void BM_Convert(benchmark::State& state) {
   const int64_t times = state.range(0);
   if (!fs::is_directory(shared_traces())) {
@@ -135,6 +158,8 @@ void BM_Convert(benchmark::State& state) {
 // Large sizes run once; the short `meson test --benchmark` run filters to x1 and x10.
 BENCHMARK(BM_Link)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Link)->Arg(100)->Arg(1000)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LinkResnet)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LinkResnet)->Arg(10)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Convert)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Convert)->Arg(100)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
