@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   add_bench_command(app);
   add_matrix_command(app);
   add_gate_command(app);
+  add_report_command(app);
+  add_merge_command(app);
+  add_run_command(app);
 #ifdef OPF_HAVE_CHAKRA
   add_chakra_command(app);
 #endif

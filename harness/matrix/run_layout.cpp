@@ -63,4 +63,23 @@ std::vector<json::Value> finished_cells(const std::string& run_dir) {
   return out;
 }
 
+json::Value gpu_debt_ledger(const std::string& run_dir, const std::string& commit) {
+  json::Value debt;
+  debt.set("schema", "opforge.gpu-debt/1");
+  debt.set("commit", commit);
+  json::Value items = json::Array{};
+  for (const auto& cell : finished_cells(run_dir))
+    for (const auto& d : cell.get("gpu_debt").as_array()) {
+      json::Value i;
+      i.set("cell_id", cell.str("id"));
+      i.set("cell", cell.str("name"));
+      i.set("test", d.str("test"));
+      i.set("reason", d.str("reason"));
+      i.set("commit", commit);
+      items.push(i);
+    }
+  debt.set("items", items);
+  return debt;
+}
+
 }  // namespace opf::matrix

@@ -18,5 +18,7 @@ std::vector<std::string> cell_dirs(const std::string& run_dir);       // sorted
 // cells/<id>/cell.json of every finished cell (status pass or fail)
 std::vector<json::Value> finished_cells(const std::string& run_dir);
 bool cell_finished(const std::string& cell_dir);
+// The GPU debt ledger of a run (schema opforge.gpu-debt/1) from its finished cells.
+json::Value gpu_debt_ledger(const std::string& run_dir, const std::string& commit);
 
 }  // namespace opf::matrix

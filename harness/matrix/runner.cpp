@@ -473,24 +473,10 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   sigaction(SIGTERM, &old_term, nullptr);
 
   // ---- run-level records
-  json::Value debt;
-  debt.set("schema", "opforge.gpu-debt/1");
-  debt.set("commit", manifest.get("git").str("sha"));
-  json::Value items = json::Array{};
+  json::Value debt = gpu_debt_ledger(run_dir, manifest.get("git").str("sha"));
+  const auto& items = debt.get("items");
   int passed = 0, failed = 0;
-  for (const auto& cell : finished_cells(run_dir)) {
-    (cell.str("status") == "pass" ? passed : failed)++;
-    for (const auto& d : cell.get("gpu_debt").as_array()) {
-      json::Value i;
-      i.set("cell_id", cell.str("id"));
-      i.set("cell", cell.str("name"));
-      i.set("test", d.str("test"));
-      i.set("reason", d.str("reason"));
-      i.set("commit", manifest.get("git").str("sha"));
-      items.push(i);
-    }
-  }
-  debt.set("items", items);
+  for (const auto& cell : finished_cells(run_dir)) (cell.str("status") == "pass" ? passed : failed)++;
   files::write_atomic(run_dir + "/gpu_debt.json", json::dump(debt));
   json::Value s;
   s.set("cells_planned", int64_t(ps.plan.cells.size()));

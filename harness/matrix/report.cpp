@@ -1,0 +1,470 @@
+#include "matrix/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "matrix/files.h"
+#include "matrix/gate_input.h"
+#include "matrix/json.h"
+#include "matrix/mann_whitney.h"
+#include "matrix/run_layout.h"
+#include "matrix/svg.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+namespace {
+
+using svg::escape;
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+struct BenchName {
+  std::string kind;  // ours, peer, probe
+  std::string op, impl, dtype, entry, shape;
+};
+
+// `<op>/<backend>/<dtype>/<entry>/<shape>`, `peer/<lib>/<op>/...`, `probe/...` (+ "/real_time")
+BenchName parse_bench(std::string n) {
+  for (const char* suffix : {"/real_time", "/process_time"})
+    if (n.size() > std::strlen(suffix) && n.compare(n.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+      n.resize(n.size() - std::strlen(suffix));
+  std::vector<std::string> p;
+  size_t pos = 0;
+  while (true) {
+    size_t e = n.find('/', pos);
+    p.push_back(n.substr(pos, e == std::string::npos ? std::string::npos : e - pos));
+    if (e == std::string::npos) break;
+    pos = e + 1;
+  }
+  BenchName b;
+  if (p[0] == "probe") {
+    b.kind = "probe";
+    b.op = n;
+  } else if (p[0] == "peer" && p.size() >= 6) {
+    b = {"peer", p[2], p[1], p[3], p[4], p[5]};
+  } else if (p.size() >= 5) {
+    b = {"ours", p[0], p[1], p[2], p[3], p[4]};
+  } else {
+    b.kind = "other";
+    b.op = n;
+  }
+  return b;
+}
+
+struct Cell {
+  json::Value rec;
+  std::string dir;
+  std::vector<BenchSamples> bench;
+  json::Value probe, inventory;
+  std::vector<ChakraOutcome> chakra;
+};
+
+struct Run {
+  std::string dir;
+  json::Value manifest, debt;
+  std::vector<Cell> cells;
+  std::vector<json::Value> planned;  // cells of the plan (some may not have finished)
+};
+
+Run load(const std::string& run_dir) {
+  Run r;
+  r.dir = run_dir;
+  if (!files::exists(run_dir + "/run.json")) throw Error(run_dir + ": not a recorded run (no run.json)");
+  r.manifest = json::parse_file(run_dir + "/run.json");
+  for (const auto& c : r.manifest.get("cells").as_array()) r.planned.push_back(c);
+  std::string text;
+  if (files::read_if_exists(run_dir + "/gpu_debt.json", text)) r.debt = json::parse(text, run_dir + "/gpu_debt.json");
+  for (const auto& d : cell_dirs(run_dir)) {
+    if (!files::read_if_exists(d + "/cell.json", text)) continue;
+    Cell c;
+    c.dir = d;
+    c.rec = json::parse(text, d + "/cell.json");
+    std::string name = c.rec.str("name");
+    for (const auto& b : c.rec.get("bench").as_array()) {
+      auto v = read_benchmark_json(d + "/" + b.as_string(), name);
+      c.bench.insert(c.bench.end(), v.begin(), v.end());
+    }
+    if (files::read_if_exists(d + "/probe.json", text)) c.probe = json::parse(text, d + "/probe.json");
+    if (files::read_if_exists(d + "/inventory.json", text)) c.inventory = json::parse(text, d + "/inventory.json");
+    if (c.rec.get("chakra").is_string()) c.chakra = read_chakra_json(d + "/" + c.rec.str("chakra"), name);
+    r.cells.push_back(std::move(c));
+  }
+  // plan order
+  std::map<std::string, int> order;
+  for (size_t i = 0; i < r.planned.size(); ++i) order[r.planned[i].str("id")] = int(i);
+  std::sort(r.cells.begin(), r.cells.end(), [&](const Cell& a, const Cell& b) { return order[a.rec.str("id")] < order[b.rec.str("id")]; });
+  return r;
+}
+
+std::string dur(double s) {
+  if (s < 60) return fmt("%.1f s", s);
+  return fmt("%.0f", std::floor(s / 60)) + ":" + fmt("%02.0f", std::fmod(std::round(s), 60.0)) + " min";
+}
+
+// Memory bandwidth for "fraction of roofline": the suite's own probe benchmark when present
+// (same process, same moment), else the harness's triad from the run manifest.
+double probe_gbs(const Cell& c, const Run& r, std::string& source) {
+  for (const auto& b : c.bench)
+    if (parse_bench(b.name).kind == "probe" && b.bytes_per_second > 0) {
+      source = b.name + " (in the benchmark run)";
+      return b.bytes_per_second / 1e9;
+    }
+  source = "harness triad (run manifest)";
+  return r.manifest.get("bandwidth").num("triad_gbs");
+}
+
+struct Section {
+  std::string md, html;
+};
+
+Section header(const Run& r) {
+  const auto& m = r.manifest;
+  int pass = 0, fail = 0;
+  for (const auto& c : r.cells) (c.rec.str("status") == "pass" ? pass : fail)++;
+  int planned = int(r.planned.size());
+  std::string sha = m.get("git").str("sha", "(no git)");
+  std::string dirty = m.get("git").get("dirty").as_bool() ? " (dirty tree)" : "";
+  std::string status = fail ? "FAIL" : pass == planned ? "PASS" : "INCOMPLETE";
+  std::string facts[][2] = {
+      {"status", status + ": " + std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " +
+                     std::to_string(planned - pass - fail) + " not finished, of " + std::to_string(planned) + " cells"},
+      {"matrix", m.get("matrix").str("file") + " (sha256 " + m.get("matrix").str("sha256").substr(0, 12) + ")"},
+      {"commit", sha.substr(0, 12) + dirty},
+      {"machine", m.get("machine").str("host") + ", " + m.get("machine").str("cpu_model") + ", " +
+                      std::to_string(m.get("machine").get("cores").as_int()) + " cores"},
+      {"toolchain", m.get("toolchain").str("cxx") + "; meson " + m.get("toolchain").str("meson") + "; " + m.get("toolchain").str("nvcc")},
+      {"bandwidth", fmt("%.1f GB/s", m.get("bandwidth").num("triad_gbs")) + " (" + m.get("bandwidth").str("method") + ")"},
+      {"created", m.str("created_utc") + ", updated " + m.str("updated_utc")},
+      {"GPU debt", std::to_string(r.debt.get("items").as_array().size()) + " item(s) skipped for lack of a device: owed, not passed"},
+  };
+  Section s;
+  s.md = "# opforge run `" + m.str("run") + "`\n\n| | |\n|---|---|\n";
+  s.html = "<h1>opforge run <code>" + escape(m.str("run")) + "</code> <span class=\"badge " + (status == "PASS" ? "pass" : "fail") +
+           "\">" + status + "</span></h1>\n<table class=\"facts\">\n";
+  for (const auto& f : facts) {
+    s.md += "| " + f[0] + " | " + f[1] + " |\n";
+    s.html += "<tr><th>" + escape(f[0]) + "</th><td>" + escape(f[1]) + "</td></tr>\n";
+  }
+  s.md += "\n";
+  s.html += "</table>\n";
+  return s;
+}
+
+Section matrix_grid(const Run& r) {
+  Section s;
+  std::vector<std::string> steps;
+  for (const auto& c : r.cells)
+    for (const auto& st : c.rec.get("steps").as_array())
+      if (std::find(steps.begin(), steps.end(), st.str("name")) == steps.end()) steps.push_back(st.str("name"));
+  svg::Grid g;
+  g.cols = steps;
+  g.cols.push_back("cell");
+  s.md = "## Matrix\n\n| cell | id | options |";
+  for (const auto& st : steps) s.md += " " + st + " |";
+  s.md += " cell |\n|---|---|---|";
+  for (size_t i = 0; i <= steps.size(); ++i) s.md += "---|";
+  s.md += "\n";
+  std::string details;
+  for (const auto& p : r.planned) {
+    const Cell* c = nullptr;
+    for (const auto& x : r.cells)
+      if (x.rec.str("id") == p.str("id")) c = &x;
+    std::string opts;
+    for (const auto& [k, v] : p.get("options").as_object()) {
+      std::string lit = v.as_string();
+      lit.erase(std::remove(lit.begin(), lit.end(), '\''), lit.end());
+      opts += (opts.empty() ? "" : " ") + k + "=" + lit;
+    }
+    g.rows.push_back(p.str("name"));
+    std::vector<std::string> st_row, tx_row;
+    s.md += "| " + p.str("name") + " | `" + p.str("id") + "` | " + opts + " |";
+    for (const auto& st : steps) {
+      std::string status = "not run", text = "—";
+      double secs = 0;
+      if (c)
+        for (const auto& x : c->rec.get("steps").as_array())
+          if (x.str("name") == st) {
+            status = x.str("status");
+            secs = x.num("seconds");
+            text = status == "pass" || status == "fail" ? status + " " + dur(secs) : status;
+            if (status != "pass" && status != "skip" && status != "blocked" && x.has("detail"))
+              details += "- **" + p.str("name") + " / " + st + "**: " + status + " — " + x.str("detail") + " (`cells/" + p.str("id") + "/" + x.str("log") + "`)\n";
+          }
+      st_row.push_back(status);
+      tx_row.push_back(status == "pass" || status == "fail" ? dur(secs) : status);
+      s.md += " " + text + " |";
+    }
+    std::string cs = c ? c->rec.str("status") : "not run";
+    st_row.push_back(cs);
+    tx_row.push_back(c ? cs + " " + dur(c->rec.num("seconds")) : "not run");
+    s.md += " " + (c ? cs + " " + dur(c->rec.num("seconds")) : "not run") + " |\n";
+    g.status.push_back(st_row);
+    g.text.push_back(tx_row);
+  }
+  if (!details.empty()) s.md += "\nProblems:\n\n" + details;
+  s.md += "\n";
+  s.html = "<h2>Matrix: cell &times; step</h2>\n" + svg::grid(g) +
+           "<p class=\"legend\"><span style=\"background:" + svg::status_color("pass") + "\">pass</span> <span style=\"background:" +
+           svg::status_color("fail") + "\">fail</span> <span style=\"background:" + svg::status_color("skip") +
+           "\">skip (not applicable)</span> <span style=\"background:" + svg::status_color("blocked") +
+           "\">blocked by an earlier step</span> <span style=\"background:" + svg::status_color("timeout") + "\">timeout</span></p>\n";
+  if (!details.empty()) {
+    s.html += "<h3>Problems</h3><ul>";
+    // reuse the markdown bullet text
+    size_t pos = 0;
+    while (pos < details.size()) {
+      size_t e = details.find('\n', pos);
+      std::string line = details.substr(pos + 2, e - pos - 2);
+      line.erase(std::remove(line.begin(), line.end(), '*'), line.end());
+      line.erase(std::remove(line.begin(), line.end(), '`'), line.end());
+      s.html += "<li>" + escape(line) + "</li>";
+      pos = e + 1;
+    }
+    s.html += "</ul>\n";
+  }
+  // options table
+  s.html += "<table><tr><th>cell</th><th>id</th><th>origin</th><th>options</th></tr>\n";
+  for (const auto& p : r.planned) {
+    std::string opts;
+    for (const auto& [k, v] : p.get("options").as_object()) {
+      std::string lit = v.as_string();
+      lit.erase(std::remove(lit.begin(), lit.end(), '\''), lit.end());
+      opts += (opts.empty() ? "" : " ") + k + "=" + lit;
+    }
+    s.html += "<tr><td>" + escape(p.str("name")) + "</td><td><code>" + escape(p.str("id")) + "</code></td><td>" + escape(p.str("origin")) +
+              "</td><td><code>" + escape(opts) + "</code></td></tr>\n";
+  }
+  s.html += "</table>\n";
+  return s;
+}
+
+Section tests(const Run& r) {
+  Section s;
+  s.md = "## Tests\n\n| cell | passed | failed | skipped |\n|---|---:|---:|---:|\n";
+  s.html = "<h2>Tests</h2>\n<table><tr><th>cell</th><th>passed</th><th>failed</th><th>skipped</th></tr>\n";
+  for (const auto& c : r.cells) {
+    const auto& t = c.rec.get("tests");
+    if (!t.is_object()) continue;
+    auto n = [&](const char* k) { return std::to_string(t.get(k).as_int()); };
+    s.md += "| " + c.rec.str("name") + " | " + n("passed") + " | " + n("failed") + " | " + n("skipped") + " |\n";
+    s.html += "<tr><td>" + escape(c.rec.str("name")) + "</td><td class=\"num\">" + n("passed") + "</td><td class=\"num" +
+              (t.get("failed").as_int() ? " bad" : "") + "\">" + n("failed") + "</td><td class=\"num\">" + n("skipped") + "</td></tr>\n";
+  }
+  s.md += "\n";
+  s.html += "</table>\n";
+  // inventory mismatches
+  std::string inv_md, inv_html;
+  for (const auto& c : r.cells)
+    for (const auto& k : c.inventory.get("checks").as_array())
+      if (k.str("status") == "fail") {
+        std::string line = c.rec.str("name") + ": " + k.str("what") + " " + k.str("op") + (k.str("backend").empty() ? "" : "/" + k.str("backend")) + " — " + k.str("detail");
+        inv_md += "- " + line + "\n";
+        inv_html += "<li>" + escape(line) + "</li>";
+      }
+  s.md += "### Inventory\n\n";
+  s.html += "<h3>Inventory</h3>\n";
+  int checks = 0;
+  for (const auto& c : r.cells) checks += int(c.inventory.get("checks").as_array().size());
+  if (inv_md.empty()) {
+    s.md += std::to_string(checks) + " checks, no mismatch.\n\n";
+    s.html += "<p>" + std::to_string(checks) + " checks (modules prebuilt / absent, JIT cache entries, listings, loads), no mismatch.</p>\n";
+  } else {
+    s.md += inv_md + "\n";
+    s.html += "<ul class=\"bad\">" + inv_html + "</ul>\n";
+  }
+  return s;
+}
+
+Section performance(const Run& r) {
+  Section s;
+  s.md = "## Performance\n\n";
+  s.html = "<h2>Performance: ops vs peers and the bandwidth probe</h2>\n";
+  bool any = false;
+  for (const auto& c : r.cells) {
+    std::string probe_src;
+    double probe = probe_gbs(c, r, probe_src);
+    // op -> rows
+    std::map<std::string, std::vector<std::pair<BenchName, const BenchSamples*>>> by_op;
+    for (const auto& b : c.bench) {
+      auto n = parse_bench(b.name);
+      if (n.kind == "ours" || n.kind == "peer") by_op[n.op].push_back({n, &b});
+    }
+    if (by_op.empty()) continue;
+    any = true;
+    s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + fmt("%.1f GB/s", probe) + " (" + probe_src + ")\n\n";
+    s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference line: " + fmt("%.1f GB/s", probe) + " from " +
+              escape(probe_src) + ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library.</p>\n";
+    for (auto& [op, rows] : by_op) {
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.kind, a.first.impl);
+        auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.kind, b.first.impl);
+        return ka < kb;
+      });
+      svg::BarChart chart;
+      chart.title = op + " (" + c.rec.str("name") + ")";
+      chart.unit = "GB/s";
+      chart.reference = probe;
+      chart.reference_label = fmt("probe %.1f GB/s", probe);
+      s.md += "| op case | impl | median time | GB/s | % of probe | vs ours |\n|---|---|---:|---:|---:|---:|\n";
+      std::map<std::string, double> ours;  // case -> GB/s of our first backend
+      for (const auto& [n, b] : rows)
+        if (n.kind == "ours" && !ours.count(n.dtype + n.entry + n.shape)) ours[n.dtype + n.entry + n.shape] = b->bytes_per_second / 1e9;
+      for (const auto& [n, b] : rows) {
+        double gbs = b->bytes_per_second / 1e9;
+        double med = stats::median(b->ns);
+        std::string label = n.dtype + " " + n.entry + " " + n.shape + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
+        double base = ours[n.dtype + n.entry + n.shape];
+        std::string vs = base > 0 ? fmt("%.2fx", gbs / base) : "—";
+        s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.kind == "peer" ? "peer " : "") + n.impl + " | " +
+                fmt("%.4g us", med / 1e3) + " | " + fmt("%.2f", gbs) + " | " + (probe > 0 ? fmt("%.0f %%", 100 * gbs / probe) : "—") +
+                " | " + vs + " |\n";
+        chart.bars.push_back({label, gbs, n.kind == "peer" ? "#f28e2b" : "#4e79a7",
+                              fmt("%.2f GB/s", gbs) + (probe > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / probe) : "")});
+      }
+      s.md += "\n";
+      s.html += svg::bar_chart(chart);
+    }
+  }
+  if (!any) {
+    s.md += "No benchmarks in this run.\n\n";
+    s.html += "<p>No benchmarks in this run.</p>\n";
+  }
+  return s;
+}
+
+Section jit(const Run& r) {
+  Section s;
+  s.md = "## Module loads (cold, warm)\n\nCold: first load in a fresh cache (prebuilt module, or JIT compile). Warm: second load after the loader forgot it (JIT: cache hit).\n\n"
+         "| cell | op/backend | status | cold path | cold | warm path | warm |\n|---|---|---|---|---:|---|---:|\n";
+  s.html = "<h2>Module loads: JIT cold vs warm</h2>\n";
+  svg::BarChart chart;
+  chart.title = "load time per op x backend (log scale)";
+  chart.unit = "seconds";
+  chart.log_scale = true;
+  for (const auto& c : r.cells)
+    for (const auto& l : c.probe.get("loads").as_array()) {
+      std::string key = l.str("op") + "/" + l.str("backend");
+      if (l.str("status") != "loaded") {
+        s.md += "| " + c.rec.str("name") + " | " + key + " | " + l.str("status") + " | " + l.str("reason") + " | | | |\n";
+        continue;
+      }
+      const auto& cold = l.get("cold");
+      const auto& warm = l.get("warm");
+      s.md += "| " + c.rec.str("name") + " | " + key + " | loaded | " + cold.str("source") + " | " + fmt("%.4g s", cold.num("seconds")) +
+              " | " + warm.str("source") + " | " + fmt("%.3g ms", warm.num("seconds") * 1e3) + " |\n";
+      chart.bars.push_back({c.rec.str("name") + " · " + key + " · cold (" + cold.str("source") + ")", cold.num("seconds"), "#e15759",
+                            fmt("%.4g s", cold.num("seconds"))});
+      chart.bars.push_back({c.rec.str("name") + " · " + key + " · warm (" + warm.str("source") + ")", warm.num("seconds"), "#59a14f",
+                            fmt("%.3g ms", warm.num("seconds") * 1e3)});
+    }
+  s.md += "\n";
+  s.html += chart.bars.empty() ? "<p>No load probe in this run.</p>\n" : svg::bar_chart(chart);
+  return s;
+}
+
+Section chakra(const Run& r) {
+  Section s;
+  s.md = "## Chakra regression\n\n";
+  s.html = "<h2>Chakra conversion: times and regression status</h2>\n";
+  svg::BarChart chart;
+  chart.title = "conversion time per trace";
+  chart.unit = "seconds";
+  std::string rows;
+  for (const auto& c : r.cells)
+    for (const auto& t : c.chakra) {
+      rows += "| " + c.rec.str("name") + " | " + t.trace + " | " + t.status + " | " + (t.seconds > 0 ? fmt("%.3f s", t.seconds) : "—") + " |\n";
+      chart.bars.push_back({t.trace, t.seconds, t.status == "pass" ? "#59a14f" : "#e15759", t.status + (t.seconds > 0 ? fmt(", %.3f s", t.seconds) : "")});
+    }
+  if (rows.empty()) {
+    std::string why = "No Chakra regression results in this run";
+    for (const auto& c : r.cells)
+      for (const auto& st : c.rec.get("steps").as_array())
+        if (st.str("name") == "chakra") why += "; " + c.rec.str("name") + ": " + st.str("status") + (st.has("detail") ? " (" + st.str("detail") + ")" : "");
+    s.md += why + ".\n\n";
+    s.html += "<p>" + escape(why) + ".</p>\n";
+    return s;
+  }
+  s.md += "| cell | trace | status | conversion |\n|---|---|---|---:|\n" + rows + "\n";
+  s.html += svg::bar_chart(chart);
+  return s;
+}
+
+Section debt(const Run& r) {
+  Section s;
+  const auto& items = r.debt.get("items").as_array();
+  s.md = "## GPU debt\n\nSkipped for lack of a device: owed, never passed. " + std::to_string(items.size()) + " item(s).\n\n";
+  s.html = "<h2>GPU debt <span class=\"badge owed\">" + std::to_string(items.size()) + " owed</span></h2>\n"
+           "<p>Everything skipped for lack of a device. It is owed, never counted as passed; run these cells on a machine with the device to pay it.</p>\n";
+  if (items.empty()) return s;
+  // grouped: cell x reason -> count, with the test names
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> groups;
+  for (const auto& i : items) groups[{i.str("cell"), i.str("reason")}].push_back(i.str("test"));
+  s.md += "| cell | reason | count | tests (first 4) | commit |\n|---|---|---:|---|---|\n";
+  s.html += "<table><tr><th>cell</th><th>reason</th><th>count</th><th>tests</th><th>commit</th></tr>\n";
+  std::string commit = r.debt.str("commit").substr(0, 12);
+  for (const auto& [k, tests] : groups) {
+    std::string first;
+    for (size_t i = 0; i < tests.size() && i < 4; ++i) first += (i ? ", " : "") + tests[i];
+    if (tests.size() > 4) first += ", ...";
+    s.md += "| " + k.first + " | " + k.second + " | " + std::to_string(tests.size()) + " | " + first + " | " + commit + " |\n";
+    std::string all;
+    for (const auto& t : tests) all += escape(t) + "<br>";
+    s.html += "<tr><td>" + escape(k.first) + "</td><td>" + escape(k.second) + "</td><td class=\"num\">" + std::to_string(tests.size()) +
+              "</td><td><details><summary>" + escape(first) + "</summary>" + all + "</details></td><td><code>" + escape(commit) +
+              "</code></td></tr>\n";
+  }
+  s.md += "\n";
+  s.html += "</table>\n";
+  return s;
+}
+
+const char* kCss = R"(
+body { font-family: -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #222; max-width: 1200px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 15px; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+td.num { text-align: right; } td.bad { color: #d43c3c; font-weight: bold; }
+table.facts th { width: 110px; }
+.badge { font-size: 13px; padding: 2px 8px; border-radius: 10px; color: #fff; vertical-align: middle; }
+.badge.pass { background: #2e9d4f; } .badge.fail { background: #d43c3c; } .badge.owed { background: #e0a526; }
+.legend span { color: #fff; padding: 1px 6px; border-radius: 3px; margin-right: 6px; font-size: 12px; }
+ul.bad li { color: #d43c3c; }
+svg { display: block; margin: 8px 0 16px 0; }
+code { font-size: 12px; }
+)";
+
+}  // namespace
+
+ReportFiles render_report(const std::string& run_dir) {
+  auto r = load(run_dir);
+  std::vector<Section> parts{header(r), matrix_grid(r), tests(r), performance(r), jit(r), chakra(r), debt(r)};
+  ReportFiles out;
+  out.html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>opforge run " + escape(r.manifest.str("run")) +
+             "</title>\n<style>" + kCss + "</style></head><body>\n";
+  for (const auto& p : parts) {
+    out.markdown += p.md;
+    out.html += p.html;
+  }
+  out.html += "<p style=\"color:#888;font-size:12px\">Generated by <code>opforge report</code> from " + escape(run_dir) +
+              " (schemas: results/README.md).</p>\n</body></html>\n";
+  return out;
+}
+
+std::string write_report(const std::string& run_dir, const std::string& out_dir) {
+  auto f = render_report(run_dir);
+  std::string dir = out_dir.empty() ? run_dir : out_dir;
+  files::write_atomic(dir + "/report.md", f.markdown);
+  files::write_atomic(dir + "/report.html", f.html);
+  return dir + "/report.html";
+}
+
+}  // namespace opf::matrix
