@@ -128,10 +128,10 @@ class GpuModule {
     info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk, this};
   }
 
-  ~GpuModule() {
-    if (workspace_) api_.release(workspace_);
-    api_.unload(mod_);
-  }
+  // Modules live until the process ends (callers hold info pointers), so this only runs during
+  // static destruction, when the driver may already be torn down (HIP crashes on calls made
+  // then): the code object and workspace are left to the OS on purpose.
+  ~GpuModule() = default;
   GpuModule(const GpuModule&) = delete;
   GpuModule& operator=(const GpuModule&) = delete;
 
