@@ -83,6 +83,22 @@ std::vector<std::string> jit_compiler() {
   return cmd;
 }
 
+// Meson's build-type-dependent compiler flags (OPF_CXX_JIT_ARGS, unit-separated).
+std::vector<std::string> meson_args() {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = OPF_CXX_JIT_ARGS;; ++p) {
+    if (*p == '\x1f' || *p == 0) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+      if (*p == 0) break;
+    } else {
+      cur += *p;
+    }
+  }
+  return out;
+}
+
 // Absolute, symlink-free path of what posix_spawnp would run for `prog`.
 std::string resolve_program(const std::string& prog) {
   auto real = [](const std::string& p) -> std::string {
@@ -201,9 +217,9 @@ class CpuBackend final : public Backend {
     // -fvisibility=hidden). Differs on purpose: -march=native with only the static Highway
     // target (the JIT may target the host; prebuilt modules dispatch at run time).
     std::vector<std::string> argv = jit_compiler();
-    for (const char* f : {"-std=c++20", "-O3", "-DNDEBUG", "-D_FILE_OFFSET_BITS=64", "-fPIC", "-shared",
-                          "-march=native", "-fvisibility=hidden", "-DHWY_SHARED_DEFINE",
-                          "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})
+    for (const auto& f : meson_args()) argv.push_back(f);  // -std, -O, -g, -DNDEBUG, cpp_args
+    for (const char* f : {"-D_FILE_OFFSET_BITS=64", "-fPIC", "-shared", "-march=native", "-fvisibility=hidden",
+                          "-DHWY_SHARED_DEFINE", "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})
       argv.push_back(f);
     for (const auto& d : src.include_dirs) argv.push_back("-I" + d);
     for (const auto& d : src.defines) argv.push_back("-D" + d);
