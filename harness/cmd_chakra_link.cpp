@@ -36,6 +36,9 @@ void add_chakra_link_commands(CLI::App& chakra) {
                        s.external_id_offsets.c_str(), s.matched_name_mismatch);
         std::fprintf(stderr, "; %zu GPU ops parented (%zu orphaned), %zu GPU nodes, %zu inter-thread deps, %zu nodes written\n",
                      s.gpu_ops_parented, s.gpu_ops_orphaned, s.gpu_nodes_emitted, s.inter_thread_deps, s.output_nodes);
+        if (s.match_key != "External id" && s.matched_name_mismatch > 0)
+          std::fprintf(stderr, "opforge: warning: %zu of %zu matched host ops have a Kineto op of another name: are the traces from the same run?\n",
+                       s.matched_name_mismatch, s.matched);
       }
       return 0;
     });
