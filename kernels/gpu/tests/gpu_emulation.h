@@ -18,6 +18,7 @@
 #include <ucontext.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -44,13 +45,55 @@ namespace opf_emu {
 
 inline opf_emu_dim3 thread_idx, block_idx, block_dim, grid_dim;
 
+// Coroutine switching. On x86-64 a six-register stack switch (glibc's swapcontext makes a
+// sigprocmask system call per switch, which dominated the suite's time); elsewhere ucontext.
+// -DOPF_EMU_UCONTEXT forces the portable path.
+#if defined(__x86_64__) && !defined(OPF_EMU_UCONTEXT)
+#define OPF_EMU_FAST_SWITCH 1
+// opf_emu_switch(save, load): pushes the callee-saved registers, stores rsp in *save, continues
+// on stack `load` (which holds the same frame layout).
+extern "C" void opf_emu_switch(void** save, void* load);
+asm(R"(
+  .text
+  .p2align 4
+  .type opf_emu_switch,@function
+opf_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size opf_emu_switch, .-opf_emu_switch
+)");
+#else
+#define OPF_EMU_FAST_SWITCH 0
+#endif
+
 struct Thread {
+#if OPF_EMU_FAST_SWITCH
+  void* sp = nullptr;
+#else
   ucontext_t ctx;
+#endif
   std::vector<char> stack;
   bool done = false;
 };
 
+#if OPF_EMU_FAST_SWITCH
+inline void* scheduler_sp = nullptr;
+#else
 inline ucontext_t scheduler;
+#endif
 inline std::deque<Thread>* threads = nullptr;
 inline unsigned current = 0;
 inline void (*kernel)(opf_gpu_args) = nullptr;
@@ -58,7 +101,50 @@ inline const opf_gpu_args* kernel_args = nullptr;
 inline float exchange[1024];
 
 inline void sync() {  // back to the scheduler, which resumes everyone once all have arrived
+#if OPF_EMU_FAST_SWITCH
+  opf_emu_switch(&(*threads)[current].sp, scheduler_sp);
+#else
   swapcontext(&(*threads)[current].ctx, &scheduler);
+#endif
+}
+
+inline void thread_main() {
+  kernel(*kernel_args);
+  (*threads)[current].done = true;
+#if OPF_EMU_FAST_SWITCH
+  sync();  // never resumed: the scheduler restarts a done thread from scratch
+  __builtin_trap();
+#endif
+}
+
+// Makes t start thread_main() at its next resume.
+inline void start(Thread& t) {
+  t.done = false;
+  if (t.stack.empty()) t.stack.resize(64 * 1024);
+#if OPF_EMU_FAST_SWITCH
+  // Frame popped by opf_emu_switch: six registers, then `ret` into thread_main with the stack
+  // aligned as after a call (rsp % 16 == 8).
+  auto top = reinterpret_cast<uintptr_t>(t.stack.data() + t.stack.size()) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                                    // thread_main's (never used) return address
+  *--sp = reinterpret_cast<void*>(&thread_main);
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;       // r15 r14 r13 r12 rbx rbp
+  t.sp = sp;
+#else
+  getcontext(&t.ctx);
+  t.ctx.uc_stack.ss_sp = t.stack.data();
+  t.ctx.uc_stack.ss_size = t.stack.size();
+  t.ctx.uc_link = &scheduler;
+  makecontext(&t.ctx, thread_main, 0);
+#endif
+}
+
+inline void resume(Thread& t) {  // runs t until its next barrier or its end
+#if OPF_EMU_FAST_SWITCH
+  opf_emu_switch(&scheduler_sp, t.sp);
+#else
+  swapcontext(&scheduler, &t.ctx);
+#endif
 }
 
 inline float shfl_xor(float v, int lane_mask) {
@@ -67,11 +153,6 @@ inline float shfl_xor(float v, int lane_mask) {
   const float r = exchange[thread_idx.x ^ unsigned(lane_mask)];
   sync();
   return r;
-}
-
-inline void thread_main() {
-  kernel(*kernel_args);
-  (*threads)[current].done = true;
 }
 
 }  // namespace opf_emu
@@ -95,7 +176,7 @@ extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kern
                                                                      const opf_gpu_args* args, unsigned gx,
                                                                      unsigned gy, unsigned block) {
   // Kept across launches: allocating and faulting in fresh coroutine stacks dominated the cost.
-  // A deque never relocates its elements: a ucontext_t points into itself.
+  // A deque never relocates its elements (a ucontext_t points into itself).
   static std::deque<opf_emu::Thread> threads;
   if (threads.size() < block) threads.resize(block);
   opf_emu::threads = &threads;
@@ -106,18 +187,7 @@ extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kern
   for (unsigned by = 0; by < gy; ++by)
     for (unsigned bx = 0; bx < gx; ++bx) {
       opf_emu::block_idx = {bx, by, 0};
-      for (unsigned t = 0; t < block; ++t) {
-        auto& th = threads[t];
-        th.done = false;
-        if (th.stack.empty()) {  // a finished context can be re-made; getcontext once per slot
-          th.stack.resize(64 * 1024);
-          getcontext(&th.ctx);
-        }
-        th.ctx.uc_stack.ss_sp = th.stack.data();
-        th.ctx.uc_stack.ss_size = th.stack.size();
-        th.ctx.uc_link = &opf_emu::scheduler;
-        makecontext(&th.ctx, opf_emu::thread_main, 0);
-      }
+      for (unsigned t = 0; t < block; ++t) opf_emu::start(threads[t]);
       for (;;) {  // one round = every live thread runs to its next barrier or to its end
         unsigned finished = 0;
         for (unsigned t = 0; t < block; ++t) {
@@ -127,7 +197,7 @@ extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kern
           }
           opf_emu::current = t;
           opf_emu::thread_idx = {t, 0, 0};
-          swapcontext(&opf_emu::scheduler, &threads[t].ctx);
+          opf_emu::resume(threads[t]);
           if (threads[t].done) ++finished;
         }
         if (finished == block) break;
