@@ -281,19 +281,16 @@ void register_cases() {
     if (!op.has_backend("cuda") && !op.has_backend("hip")) continue;
     for (int warp : {32, 64})
       for (const auto& dname : op.dtypes)
-        // The warp size changes only reductions, the dtype only loads and stores: wave64 runs
-        // once, in the first dtype, which keeps the suite to seconds.
-        if (warp == 32 || dname == op.dtypes.front())
-          for (const auto& entry : op.entries)
-            for (const auto& shape : op.cases) {
-              std::string sname;
-              for (auto d : shape) sname += (sname.empty() ? "" : "x") + std::to_string(d);
-              Case c{&op, warp, *dtype_from_name(dname), entry, shape,
-                     op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry + "/" + sname};
-              const std::string name = c.name;
-              ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                                      [c]() -> ::testing::Test* { return new EmuTest(c); });
-            }
+        for (const auto& entry : op.entries)
+          for (const auto& shape : op.cases) {
+            std::string sname;
+            for (auto d : shape) sname += (sname.empty() ? "" : "x") + std::to_string(d);
+            Case c{&op, warp, *dtype_from_name(dname), entry, shape,
+                   op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry + "/" + sname};
+            const std::string name = c.name;
+            ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                    [c]() -> ::testing::Test* { return new EmuTest(c); });
+          }
   }
 }
 
