@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bandwidth_probe.h"
@@ -192,6 +193,10 @@ void register_cases() {
 
 int main(int argc, char** argv) {
   using namespace opf::suites;
+  // The summary table rides on the console reporter; --benchmark_format=json|csv keeps stdout pure.
+  bool console = true;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view a = argv[i]; a.rfind("--benchmark_format=", 0) == 0) console = a.substr(19) == "console";
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -205,8 +210,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   TableReporter table;
-  benchmark::RunSpecifiedBenchmarks(&table);
-  table.print_table(stdout);
+  benchmark::RunSpecifiedBenchmarks(console ? &table : nullptr);
+  if (console) table.print_table(stdout);
   const opf::LoaderStats ls = opf::Loader::instance().stats();
   std::printf("opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles (outside the timed loops)\n",
               ls.prebuilt_loads, ls.cache_hits, ls.compiles);
