@@ -172,7 +172,8 @@ LinkStats link_traces(const LinkOptions& opt) {
       const auto& op = kt.cpu[ops[size_t(neg)]];
       throw InputError(opt.kineto_path, "event #" + std::to_string(op.event),
                        "exclusive duration of '" + std::string(op.name) + "' (ts " + num_text(op.ts) + ", dur " +
-                           num_text(op.dur) + ") is below zero (its children overlap beyond its end)");
+                           num_text(op.dur) + ") is below zero: the merged lengths of the ops inside it exceed its duration "
+                           "(float rounding); the reference aborts here too");
     }
     for (size_t k = 0; k < ops.size(); ++k) kt.cpu[ops[k]].exclusive = excl[k];
   }
