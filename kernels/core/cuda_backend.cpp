@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "core/backend.h"
 #include "core/cuda_jit.h"
