@@ -213,8 +213,9 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(console ? &table : nullptr);
   if (console) table.print_table(stdout);
   const opf::LoaderStats ls = opf::Loader::instance().stats();
-  std::printf("opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles (outside the timed loops)\n",
-              ls.prebuilt_loads, ls.cache_hits, ls.compiles);
+  std::fprintf(console ? stdout : stderr,
+               "opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles (outside the timed loops)\n",
+               ls.prebuilt_loads, ls.cache_hits, ls.compiles);
   benchmark::Shutdown();
   return 0;
 }
