@@ -12,17 +12,17 @@
 //            n rounded terms grows like sqrt(n) (random-walk rounding; blocked/SIMD sums do better,
 //            a serial sum of same-signed terms gets ~sqrt(n/3)).
 //   kappa    conditioning of the drawn inputs: max over uniform-filled inputs of rms/std of the
-//            fill (1 for zero-mean data, ~30 for the `offset` variant). A reduction that cancels
-//            the mean (mean, variance, sum(g*dy)) loses that factor relative to its result.
+//            fill (1 for zero-mean data, ~220 for the `offset` variant). A reduction that cancels
+//            the mean (mean, variance, sum(g*dy)) loses that factor relative to its result; a
+//            one-pass E[x^2]-E[x]^2 variance loses kappa^2 and fails the `offset` variant.
 //   s        rms of the reference tensor: absolute scale for reduction errors in outputs that
 //            cancel to ~0 (y = xhat*gamma + beta near 0), where a relative bound alone is unfair.
 //   p_i      measured sensitivity: sum over the floating input arguments of |change of r_i| when
 //            that argument's elements are scaled by (1 +- u_acc), random signs, one reference run
-//            per argument (DrawnCase::sensitivity). An f32
-//            kernel sees its inputs only that precisely, once per rounding of an elementwise
-//            intermediate; 8 allows a chain of a few such roundings. This is what makes outputs
-//            that cancel by construction (rms_norm dx for one column: terms ~1, result ~eps)
-//            fair without loosening well-conditioned ones.
+//            per argument (DrawnCase::sensitivity). An f32 kernel sees its inputs only that
+//            precisely, once per rounding of an elementwise intermediate; 8 allows a chain of a
+//            few such roundings. This is what makes outputs that cancel by construction (rms_norm
+//            dx for one column: terms ~1, result ~eps) fair without loosening well-conditioned ones.
 //   tiny_out smallest subnormal of the storage dtype: rounding near underflow.
 //   F        OpSpec::tolerance_factor(entry, arg, dtype), 1 when the op declares none.
 // Integer outputs must match exactly. A NaN reference requires a NaN; an infinite one the same
