@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "matrix/files.h"
@@ -255,7 +256,43 @@ void step_chakra(CellRun& c) {
   else if (help.find("--out") != std::string::npos) argv.insert(argv.end(), {"--out", out + ".partial"});
   bool ok = c.exec(s, argv, {}, c.ps.source_dir, c.timeout("chakra"));
   std::error_code ec;
-  if (fs::exists(out + ".partial", ec)) fs::rename(out + ".partial", out, ec);
+  if (fs::exists(out + ".partial", ec)) {
+    fs::rename(out + ".partial", out, ec);
+  } else {
+    // no JSON option: the per-trace lines (`ok   <case>`, `FAIL <case>` + indented differences,
+    // `SKIP <case>`) of its output, recorded as opforge.chakra-regress/1
+    std::string text;
+    files::read_if_exists(c.dir + "/" + s.log, text);
+    static const std::regex line_re(R"(^(ok|FAIL|SKIP)\s+(\S+)\s*$)");
+    json::Value traces = json::Array{};
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t e = text.find('\n', pos);
+      if (e == std::string::npos) e = text.size();
+      std::string l = text.substr(pos, e - pos);
+      pos = e + 1;
+      std::smatch m;
+      if (std::regex_match(l, m, line_re)) {
+        json::Value t;
+        t.set("trace", m[2].str());
+        t.set("status", m[1] == "ok" ? "pass" : m[1] == "FAIL" ? "fail" : "skip");
+        t.set("messages", json::Array{});
+        traces.push(t);
+      } else if (l.rfind("     ", 0) == 0 && !traces.as_array().empty()) {
+        json::Value msgs = traces.array().back().get("messages");
+        msgs.push(l.substr(5));
+        traces.array().back().set("messages", msgs);
+      }
+    }
+    if (!traces.as_array().empty()) {
+      json::Value doc;
+      doc.set("schema", "opforge.chakra-regress/1");
+      doc.set("source", "parsed from the output of `opforge chakra regress` (it reports no timings)");
+      doc.set("seconds_total", s.seconds);
+      doc.set("traces", traces);
+      files::write_atomic(out, json::dump(doc));
+    }
+  }
   if (fs::exists(out, ec)) c.record.set("chakra", "chakra/regress.json");
   if (ok) s.detail = "regression suite passed";
 }
