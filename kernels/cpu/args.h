@@ -38,6 +38,15 @@ inline void expect_nparams(const opf_call* c, int32_t n) {
     failf("%s: expected %d scalar parameters, got %d", c->entry, n, c->nparams);
 }
 
+// The leading argument's dims, which the others are checked against, must not be negative.
+inline void expect_dims(const opf_call* c, int i, const char* name) {
+  const opf_tensor& t = c->args[i];
+  for (int d = 0; d < t.ndim && d < OPF_MAX_DIMS; ++d)
+    if (t.shape[d] < 0)
+      failf("%s: argument %d (%s) has negative size %lld in dim %d", c->entry, i, name,
+            (long long)t.shape[d], d);
+}
+
 // Argument i must be named `name` in the contract, have dtype `dtype` and exactly `shape`.
 inline const opf_tensor& expect_arg(const opf_call* c, int i, const char* name, int32_t dtype,
                                     std::initializer_list<int64_t> shape) {

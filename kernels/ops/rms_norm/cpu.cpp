@@ -218,6 +218,7 @@ int run(const opf_call* call, char* err, size_t len) {
       const opf_tensor& x = c->args[0];
       if (x.ndim != 2 || !is_float_dtype(x.dtype))
         failf("forward: argument 0 (x) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
+      expect_dims(c, 0, "x");
       const int64_t rows = x.shape[0], cols = x.shape[1];
       const int32_t t = x.dtype;
       Forward a{t, rows, cols, x.data,
@@ -231,6 +232,7 @@ int run(const opf_call* call, char* err, size_t len) {
       const opf_tensor& dy = c->args[0];
       if (dy.ndim != 2 || !is_float_dtype(dy.dtype))
         failf("backward: argument 0 (dy) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
+      expect_dims(c, 0, "dy");
       const int64_t rows = dy.shape[0], cols = dy.shape[1];
       const int32_t t = dy.dtype;
       Backward a{t, rows, cols, dy.data,

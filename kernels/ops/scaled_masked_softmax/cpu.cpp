@@ -187,6 +187,7 @@ int run(const opf_call* call, char* err, size_t len) {
       const opf_tensor& x = c->args[0];
       if (x.ndim != 4 || !is_float_dtype(x.dtype))
         failf("forward: argument 0 (x) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
+      expect_dims(c, 0, "x");
       const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
       Forward a{x.dtype, b, np, sq, sk, x.data,
                 static_cast<const uint8_t*>(expect_arg(c, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
@@ -197,6 +198,7 @@ int run(const opf_call* call, char* err, size_t len) {
       const opf_tensor& dy = c->args[0];
       if (dy.ndim != 4 || !is_float_dtype(dy.dtype))
         failf("backward: argument 0 (dy) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
+      expect_dims(c, 0, "dy");
       const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
       Backward a{dy.dtype, b * np * sq, sk, dy.data,
                  expect_arg(c, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
