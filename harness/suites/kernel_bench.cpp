@@ -50,6 +50,7 @@ struct Prepared {
   std::string error;
 };
 std::unique_ptr<Prepared> g_current;
+int g_failed = 0;  // benchmark runs that ended in SkipWithError
 
 Prepared& prepare(const BenchCase& bc) {
   if (g_current && g_current->name == bc.name) return *g_current;
@@ -92,6 +93,7 @@ void evict_caches() {
 void bench_case(benchmark::State& st, const BenchCase& bc) {
   Prepared& p = prepare(bc);
   if (!p.error.empty()) {
+    ++g_failed;
     st.SkipWithError(p.error.c_str());
     return;
   }
@@ -112,6 +114,7 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
       }
     }
   } catch (const std::exception& e) {
+    ++g_failed;
     st.SkipWithError(e.what());
     return;
   }
@@ -217,5 +220,11 @@ int main(int argc, char** argv) {
                "opforge loader: %d prebuilt loads, %d JIT cache hits, %d compiles (outside the timed loops)\n",
                ls.prebuilt_loads, ls.cache_hits, ls.compiles);
   benchmark::Shutdown();
+  // A benchmark that could not run (module failed to load or run) fails `meson test --benchmark`
+  // and keeps `opforge bench` from filing the results.
+  if (g_failed > 0) {
+    std::fprintf(stderr, "opforge bench: some benchmarks failed (see the table)\n");
+    return 1;
+  }
   return 0;
 }
