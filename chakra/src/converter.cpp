@@ -45,8 +45,9 @@ struct Out {
   bool removed = false;
   bool comm_size_zero = false;   // default mode: unusable tensor layout
   int64_t ctrl = 0;
+  uint32_t gpos = UINT32_MAX;   // position in graph_ (which then owns the data deps)
   std::string_view pg_name;
-  std::vector<int64_t> data_deps;
+  std::vector<uint64_t> data_deps;
 };
 
 // comm_type from the kernel name (§3.4); -1 = not recognised
@@ -84,8 +85,15 @@ struct PhaseTimer {
     if (!on) return;
     auto now = std::chrono::steady_clock::now();
     double c = cpu_ms();
-    std::fprintf(stderr, "[chakra] %-10s %7.1f ms wall %7.1f ms cpu\n", what,
-                 std::chrono::duration<double, std::milli>(now - t).count(), c - cpu);
+    long hwm = 0;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmHWM: %ld", &hwm) == 1) break;
+      std::fclose(f);
+    }
+    std::fprintf(stderr, "[chakra] %-10s %7.1f ms wall %7.1f ms cpu, peak RSS %ld KB\n", what,
+                 std::chrono::duration<double, std::milli>(now - t).count(), c - cpu, hwm);
     t = now;
     cpu = c;
   }
@@ -128,6 +136,7 @@ class Converter {
   std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;   // GPU children in JSON order
   std::vector<uint32_t> out_pos_;                        // host index -> position in outs_ (kNone)
   std::vector<Out> outs_;                                // output map, insertion order
+  std::vector<EtNode> graph_;                            // written nodes, map order (validator, simulator)
 };
 
 void Converter::convert_node(uint32_t i) {
@@ -199,8 +208,8 @@ void Converter::encode_deps() {
   std::vector<uint32_t> stack;
   uint32_t cur_epoch = 0;
   auto add = [](Out& o, int64_t id) {
-    if (std::find(o.data_deps.begin(), o.data_deps.end(), id) != o.data_deps.end()) return false;
-    o.data_deps.push_back(id);
+    if (std::find(o.data_deps.begin(), o.data_deps.end(), uint64_t(id)) != o.data_deps.end()) return false;
+    o.data_deps.push_back(uint64_t(id));
     return true;
   };
   const size_t n_out = outs_.size();
@@ -254,7 +263,7 @@ void Converter::fill_node(const Out& o, ChakraProtoMsg::Node& pn) const {
   pn.set_name(n.name.data(), n.name.size());
   pn.set_type(o.type);
   if (o.has_ctrl) pn.add_ctrl_deps(uint64_t(o.ctrl));
-  for (int64_t d : o.data_deps) pn.add_data_deps(uint64_t(d));
+  for (uint64_t d : graph_[o.gpos].data_deps) pn.add_data_deps(d);
   // reference hack: the optimizer-step annotation covers most of the step, so it gets 0
   int64_t dur = n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration;
   pn.set_duration_micros(uint64_t(dur));
@@ -333,7 +342,7 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
   auto id_less = [&](uint32_t a, uint32_t b) { return tr_.nodes[outs_[a].src].id < tr_.nodes[outs_[b].src].id; };
   if (!std::is_sorted(by_id.begin(), by_id.end(), id_less)) std::sort(by_id.begin(), by_id.end(), id_less);
   // Serialization is the costly part: chunks are encoded by worker tasks and written in order.
-  constexpr size_t kChunk = 8192;
+  constexpr size_t kChunk = 1024;   // ~0.4 MB of records: small buffers keep peak RSS low
   // Buffers are recycled: fresh multi-MB buffers would be page-faulted in again for each chunk.
   auto encode = [this, &by_id](std::string buf, size_t begin, size_t end) {
     buf.clear();
@@ -360,7 +369,7 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
       spare.pop_back();
     }
     pending.push_back(std::async(std::launch::async, encode, std::move(buf), b, std::min(by_id.size(), b + kChunk)));
-    if (pending.size() > 3) drain_one();
+    if (pending.size() > 2) drain_one();
   }
   while (!pending.empty()) drain_one();
   out.commit();
@@ -468,8 +477,8 @@ ConvertStats Converter::run() {
   {
     std::vector<bool> referenced(n, false);   // by host index; deps on unknown ids fail validation later
     for (const Out& o : outs_)
-      for (int64_t d : o.data_deps) {
-        uint32_t i = find(d);
+      for (uint64_t d : o.data_deps) {
+        uint32_t i = d > uint64_t(INT64_MAX) ? kNone : find(int64_t(d));
         if (i != kNone) referenced[i] = true;
       }
     std::vector<int64_t> removed;
@@ -503,15 +512,19 @@ ConvertStats Converter::run() {
   }
 
   // validate before writing; the same graph view feeds the simulator
-  std::vector<EtNode> graph(final_order.size());
+  for (const Out& o : outs_)
+    for (uint64_t d : o.data_deps)
+      if (int64_t(d) < 0) fail_node(nodes[o.src], "negative dependency id " + std::to_string(int64_t(d)));
+  std::vector<EtNode>& graph = graph_;
+  graph.resize(final_order.size());
   for (size_t j = 0; j < final_order.size(); ++j) {
-    const Out& o = outs_[final_order[j]];
+    Out& o = outs_[final_order[j]];
+    o.gpos = uint32_t(j);
     const HostNode& x = nodes[o.src];
     EtNode& g = graph[j];
     g.id = uint64_t(x.id);
     g.name = x.name;
-    g.data_deps.reserve(o.data_deps.size());
-    for (int64_t d : o.data_deps) g.data_deps.push_back(uint64_t(d));
+    g.data_deps = std::move(o.data_deps);
     if (o.has_ctrl) g.ctrl_deps.push_back(uint64_t(o.ctrl));
     g.duration = uint64_t(x.name.find("Optimizer.step") != std::string_view::npos ? 0 : x.duration);
     g.is_cpu = !x.is_gpu;
@@ -520,9 +533,6 @@ ConvertStats Converter::run() {
     g.has_tid = true;
     g.tid = x.attr[kTid];
   }
-  for (const Out& o : outs_)
-    for (int64_t d : o.data_deps)
-      if (d < 0) fail_node(nodes[o.src], "negative dependency id " + std::to_string(d));
   ValidateOptions vo;
   vo.ctrl_dangling_is_error = !opt_.compat_reference;
   for (const Issue& is : validate_graph(graph, vo)) {

@@ -42,7 +42,7 @@ struct HostNode {
   int64_t attr[kIntAttrCount] = {};
   std::string_view name, op_schema, pg_name;
   std::string_view in_values, in_shapes, in_types, out_values, out_shapes, out_types;
-  std::vector<int64_t> sync_dep;
+  // sync_dep is parsed (validated) but not kept: the reference never turns it into an edge (§3.5)
   uint64_t offset = 0;             // byte offset of the node's JSON object (for messages)
   uint32_t attr_present = 0;       // bit per IntAttr, bit 6 = op_schema
   bool has_parent = false;
@@ -53,11 +53,30 @@ struct HostNode {
   bool duration_negative = false;
 };
 
+// Nodes in fixed-size segments: appending never reallocates (no 2x peak while the parser
+// threads' batches are moved in), and indexing stays O(1).
+class NodeList {
+ public:
+  size_t size() const { return n_; }
+  HostNode& operator[](size_t i) { return segs_[i >> kShift][i & kMask]; }
+  const HostNode& operator[](size_t i) const { return segs_[i >> kShift][i & kMask]; }
+  void push_back(HostNode&& x) {
+    if ((n_ & kMask) == 0) segs_.emplace_back(new HostNode[kMask + 1]);
+    segs_.back()[n_ & kMask] = std::move(x);
+    ++n_;
+  }
+
+ private:
+  static constexpr size_t kShift = 12, kMask = (size_t(1) << kShift) - 1;
+  std::vector<std::unique_ptr<HostNode[]>> segs_;
+  size_t n_ = 0;
+};
+
 struct HostTrace {
   std::string path;
   EtMetadata meta;
   EtSchema schema = EtSchema::chakra_0_0_4;
-  std::vector<HostNode> nodes;     // JSON order
+  NodeList nodes;                  // JSON order
   std::vector<std::unique_ptr<StringPool>> pools;   // text of the nodes (one per parser thread)
 };
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -388,11 +389,10 @@ struct NodeReader {
           od::array arr;
           if (is_null(v)) continue;
           check(v.get_array().get(arr), "sync_dep must be an array");
-          n.sync_dep.clear();
           for (auto x : arr) {
             od::value xv;
             check(x.get(xv), "sync_dep");
-            n.sync_dep.push_back(get_int(xv, "sync_dep element"));
+            (void)get_int(xv, "sync_dep element");
           }
         } else if (k == "cat") {
           n.is_gpu = !is_null(v);
@@ -504,9 +504,6 @@ class BatchParser {
   void finish() {
     if (cur_) submit();
     finish_threads();
-    size_t total = 0;
-    for (auto& b : done_) total += b->nodes.size();
-    tr_.nodes.reserve(total);
     for (auto& b : done_) {
       if (b->error) std::rethrow_exception(b->error);
       for (auto& n : b->nodes) tr_.nodes.push_back(std::move(n));
@@ -530,7 +527,7 @@ class BatchParser {
 
   void submit() {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_space_.wait(lk, [&] { return queue_.size() < 2 * threads_.size() + 2; });
+    cv_space_.wait(lk, [&] { return queue_.size() < threads_.size() + 1; });
     done_.push_back(std::move(cur_));
     queue_.push_back(done_.back().get());
     cv_work_.notify_one();
@@ -599,6 +596,7 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   od::parser mparser;
   std::unique_ptr<BatchParser> batches;
   unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));   // tuning/benchmarks
   bool schema_checked = false;
   auto check_schema = [&](uint64_t offset) {
     if (schema_checked) return;
