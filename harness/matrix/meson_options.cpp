@@ -66,8 +66,13 @@ OptionCatalog OptionCatalog::from_json(const json::Value& doc, const std::string
 OptionCatalog OptionCatalog::introspect(const std::string& source_dir) {
   std::string out;
   std::string mb = source_dir + "/meson.build";
-  if (!proc::capture({"meson", "introspect", mb, "--buildoptions"}, out, source_dir, 120))
-    throw Error(mb + ": `meson introspect --buildoptions` failed (run it by hand to see why)");
+  if (!proc::capture({"meson", "introspect", mb, "--buildoptions"}, out, source_dir, 120)) {
+    // meson prints its own "file:line:col: ERROR: ..." on stdout
+    auto p = out.find("ERROR");
+    std::string why = p == std::string::npos ? "run it by hand to see why" : out.substr(out.rfind('\n', p) + 1);
+    why = why.substr(0, why.find('\n'));
+    throw Error(mb + ": `meson introspect --buildoptions` failed: " + why);
+  }
   return from_json(json::parse(out, "meson introspect " + mb), "meson introspect " + mb);
 }
 
