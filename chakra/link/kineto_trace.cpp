@@ -195,8 +195,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
         if (e == simdjson::INCORRECT_TYPE) rd.fail(ev, ev_at, "event is not a JSON object");
         fail_json(e);
       }
-      Scalar cat, name, ph, ts, dur, tid, id, ext, rf, corr, stream, pg;
-      Scalar tmp;
+      Scalar cat, name, ph, ts, dur, tid, ext, rf, corr, stream, pg;
       for (auto f_res : obj) {
         od::field f;
         if (auto e = std::move(f_res).get(f)) fail_json(e);
@@ -209,7 +208,6 @@ KinetoTrace read_kineto_trace(const std::string& path) {
         else if (k == "ts") dst = &ts;
         else if (k == "dur") dst = &dur;
         else if (k == "tid") dst = &tid;
-        else if (k == "id") dst = &id;
         if (dst) {
           if (auto e = rd.scalar(f.value(), *dst)) fail_json(e);
           continue;
@@ -235,7 +233,6 @@ KinetoTrace read_kineto_trace(const std::string& path) {
             if (auto e = rd.scalar(a.value(), *adst)) fail_json(e);
         }
       }
-      (void)id;
       const std::string_view c = cat.is_string ? cat.str : std::string_view();
       const bool cpu_cat = c == "cpu_op" || c == "user_annotation";
       const bool rt_cat = c == "cuda_runtime" || c == "cuda_driver";
