@@ -40,8 +40,8 @@ struct HostNode {
   int64_t duration = 0;            // int(exclusive_dur) (truncated), 0 when absent
   int64_t comm_size = 0;           // Σ num_elem × elem_bytes over the input tensors (§3.4)
   int64_t attr[kIntAttrCount] = {};
-  std::string_view name, op_schema, pg_name;
-  std::string_view in_values, in_shapes, in_types, out_values, out_shapes, out_types;
+  PStr name, op_schema, pg_name;
+  PStr in_values, in_shapes, in_types, out_values, out_shapes, out_types;
   // sync_dep is parsed (validated) but not kept: the reference never turns it into an edge (§3.5)
   uint64_t offset = 0;             // byte offset of the node's JSON object (for messages)
   uint32_t attr_present = 0;       // bit per IntAttr, bit 6 = op_schema

@@ -201,7 +201,7 @@ struct NodeReader {
   std::vector<std::string> types;
   bool values_is_list = false, has_types = false;
 
-  std::string_view keep(const std::string& s, bool intern) { return intern ? pool.intern(s) : pool.add(s); }
+  PStr keep(const std::string& s, bool intern) { return intern ? pool.intern_p(s) : pool.add_p(s); }
 
   void read_io(od::value v, bool input) {
     od::object obj;
@@ -281,7 +281,7 @@ struct NodeReader {
       }
     }
     if (name == "op_schema") {
-      n.op_schema = pool.intern(get_str(v, "op_schema"));
+      n.op_schema = pool.intern_p(get_str(v, "op_schema"));
       n.attr_present |= kOpSchemaBit;
     } else if (name == "pg_name" && pg_override) {
       if (is_null(v)) *pg_override = {};
@@ -358,7 +358,7 @@ struct NodeReader {
           n.id = get_int(v, "id");
           got_id = true;
         } else if (k == "name") {
-          n.name = pool.intern(get_str(v, "name"));
+          n.name = pool.intern_p(get_str(v, "name"));
           got_name = true;
         } else if (k == (flat ? "parent" : "ctrl_deps")) {
           got_parent = true;
@@ -441,7 +441,7 @@ struct NodeReader {
                         : !got_in ? "inputs" : !got_out ? "outputs" : nullptr;
     if (missing) throw InputError(path, where(), std::string("node lacks required key \"") + missing + "\"");
     if (n.id < 0) throw InputError(path, where(), "negative node id " + std::to_string(n.id));
-    n.pg_name = pg_attr_set ? pg_attr : pg_top;
+    n.pg_name = pool.intern_p(pg_attr_set ? pg_attr : pg_top);
     n.in_values = keep(s_values, s_values.size() <= 16);
     n.in_shapes = keep(s_shapes, true);
     n.in_types = keep(s_types, true);

@@ -6,10 +6,36 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 namespace opf::chakra {
+
+// 8-byte handle of a pooled string (length-prefixed), half the size of a string_view: the
+// per-node text references are a large share of the graph's memory.
+class PStr {
+ public:
+  PStr() = default;
+  explicit PStr(const char* p) : p_(p) {}
+  std::string_view view() const {
+    if (!p_) return {};
+    uint32_t n;
+    std::memcpy(&n, p_, 4);
+    return {p_ + 4, n};
+  }
+  operator std::string_view() const { return view(); }
+  const char* data() const { return view().data(); }
+  size_t size() const { return view().size(); }
+  bool empty() const { return size() == 0; }
+  size_t find(std::string_view s) const { return view().find(s); }
+  friend bool operator==(PStr a, std::string_view b) { return a.view() == b; }
+
+ private:
+  const char* p_ = nullptr;
+};
 
 class StringPool {
  public:
@@ -36,12 +62,30 @@ class StringPool {
     interned_.insert(v);
     return v;
   }
+  // length-prefixed copies for PStr handles (empty strings need no storage)
+  PStr add_p(std::string_view s) {
+    if (s.empty()) return {};
+    std::string tmp(4 + s.size(), '\0');
+    uint32_t n = uint32_t(s.size());
+    std::memcpy(tmp.data(), &n, 4);
+    std::memcpy(tmp.data() + 4, s.data(), s.size());
+    return PStr(add(tmp).data());
+  }
+  PStr intern_p(std::string_view s) {
+    if (s.empty()) return {};
+    auto it = interned_p_.find(s);
+    if (it != interned_p_.end()) return PStr(it->second);
+    PStr p = add_p(s);
+    interned_p_.emplace(p.view(), p.view().data() - 4);
+    return p;
+  }
 
  private:
   static constexpr size_t kBlock = 1 << 20;
   std::vector<std::unique_ptr<char[]>> blocks_, big_;
   size_t used_ = 0;
   std::unordered_set<std::string_view> interned_;
+  std::unordered_map<std::string_view, const char*> interned_p_;
 };
 
 }  // namespace opf::chakra
