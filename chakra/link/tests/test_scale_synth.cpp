@@ -34,9 +34,11 @@ TEST(ScaleSynth, ReplicatedTraceLinksCompletely) {
     int64_t id = int64_t(n["id"]);
     EXPECT_TRUE(ids.insert(id).second) << "duplicate id " << id;
     parent[id] = int64_t(n["ctrl_deps"]);
-    for (auto a : n["attrs"].get_array())
-      if (std::string_view(a["name"]) == "rf_id" && int64_t(a["value"]) != 0)
+    for (auto a : n["attrs"].get_array()) {
+      if (std::string_view(a["name"]) == "rf_id" && int64_t(a["value"]) != 0) {
         EXPECT_TRUE(rfs.insert(int64_t(a["value"])).second) << "duplicate rf_id " << int64_t(a["value"]);
+      }
+    }
   }
   EXPECT_EQ(rfs.size(), 3u * 261u) << "every non-root op keeps a unique rf_id";
   for (auto& [id, par] : parent) EXPECT_TRUE(ids.count(par)) << "node " << id << " lost its parent " << par;
