@@ -67,7 +67,8 @@ std::string bar_chart(const BarChart& c) {
                 "font-family=\"sans-serif\" font-size=\"12\" role=\"img\">\n",
                 c.width, h, c.width, h);
   s += buf;
-  s += "<text x=\"4\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" + escape(c.title) + "</text>\n";
+  s += "<text x=\"4\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" + escape(c.title) +
+       (c.unit.empty() ? "" : " [" + escape(c.unit) + "]") + "</text>\n";
   // grid lines and ticks
   std::vector<double> ticks;
   if (c.log_scale) {
@@ -86,9 +87,6 @@ std::string bar_chart(const BarChart& c) {
                   x, top - 4, x, axis_y, x, axis_y + 15, num(t).c_str());
     s += buf;
   }
-  std::snprintf(buf, sizeof buf, "<text x=\"%d\" y=\"%d\" fill=\"#555\">%s</text>\n", label_w + plot_w + 8, axis_y + 15,
-                escape(c.unit).c_str());
-  s += buf;
   for (size_t i = 0; i < c.bars.size(); ++i) {
     const auto& b = c.bars[i];
     int y = top + int(i) * row_h;
