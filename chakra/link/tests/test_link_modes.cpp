@@ -103,6 +103,44 @@ TEST(LinkModes, ParentsThatAreNotNodes) {
   EXPECT_FALSE(d.by_name("orphan")["ts"].error());
 }
 
+// Integer-microsecond Kineto (PyTorch < 2.0 style): a child that starts with its parent is
+// subtracted from it by default but not in compat (the reference's tie quirk). Also a HIP
+// launch and a string tid.
+TEST(LinkModes, EqualStartTieAndHipLaunch) {
+  const std::string host = std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
+                           node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" +
+                           node(3, "parent", "2", 1) + ",\n" + node(4, "child", "3", 2) + ",\n" +
+                           node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) + R"(], "finish_ts": 9})";
+  const std::string kineto = R"({"traceEvents": [
+{"ph": "X", "cat": "cpu_op", "name": "parent", "tid": "main", "ts": 100, "dur": 10, "args": {"External id": 1, "Record function id": 1}},
+{"ph": "X", "cat": "cpu_op", "name": "child", "tid": "main", "ts": 100, "dur": 4, "args": {"External id": 2, "Record function id": 2}},
+{"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "tid": "main", "ts": 101, "dur": 2, "args": {"External id": 2, "correlation": 9}},
+{"ph": "X", "cat": "kernel", "name": "hip_k", "tid": 3, "ts": 105, "dur": 7, "args": {"External id": 2, "correlation": 9, "stream": 3}}
+]})";
+  for (bool compat : {false, true}) {
+    auto dir = test::scratch_dir(compat ? "tie_compat" : "tie_default");
+    test::write_text(dir / "host.json", host);
+    test::write_text(dir / "kineto.json", kineto);
+    LinkOptions o;
+    o.host_path = (dir / "host.json").string();
+    o.kineto_path = (dir / "kineto.json").string();
+    o.output_path = (dir / "out.json").string();
+    o.compat_reference = compat;
+    LinkStats st = link_traces(o);
+    EXPECT_EQ(st.gpu_nodes_emitted, 1u);
+    Out out;
+    ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
+    simdjson::dom::element excl = out.by_name("parent")["exclusive_dur"];
+    ASSERT_TRUE(excl.is_int64()) << "integer inputs give integer durations, as in Python";
+    EXPECT_EQ(int64_t(excl), compat ? 10 : 6);
+    EXPECT_EQ(int64_t(out.by_name("child")["exclusive_dur"]), 4);
+    // the kernel hangs off the child (same tid + External id) and sits right after it
+    EXPECT_EQ(int64_t(out.by_name("hip_k")["ctrl_deps"]), int64_t(out.by_name("child")["id"]));
+    EXPECT_EQ(int64_t(out.by_name("hip_k")["id"]), int64_t(out.by_name("child")["id"]) + 1);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(LinkModes, LinkThenConvertReproducesReferenceEt) {
   const std::string dir = test::traces_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/traces not present";
