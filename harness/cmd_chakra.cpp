@@ -13,6 +13,7 @@
 #include "command.h"
 #include "converter.h"
 #include "et_graph.h"
+#include "et_load.h"
 #include "et_stream.h"
 #include "input_error.h"
 #include "jsonizer.h"
@@ -32,37 +33,6 @@ bool parse_compat(const std::string& v) {
   if (v.empty()) return false;
   if (v == "reference") return true;
   throw opf::Error("--compat: unknown value '" + v + "' (only 'reference')");
-}
-
-// .et -> graph view (+ metadata) for validate / simulate
-struct LoadedEt {
-  ChakraProtoMsg::GlobalMetadata meta;
-  std::vector<EtNode> nodes;
-  StringPool pool;
-  std::vector<std::string> type_problems;
-};
-
-void load_et(const std::string& path, bool compat, LoadedEt& out) {
-  EtReader rd(path, compat);
-  if (!rd.next(out.meta)) throw InputError(path, "byte 0", "empty .et stream (no GlobalMetadata record)");
-  ChakraProtoMsg::Node n;
-  while (rd.next(n)) {
-    EtNode g;
-    g.id = n.id();
-    g.name = out.pool.add(n.name());
-    g.data_deps.assign(n.data_deps().begin(), n.data_deps().end());
-    g.ctrl_deps.assign(n.ctrl_deps().begin(), n.ctrl_deps().end());
-    g.duration = n.duration_micros();
-    g.has_stream = false;
-    for (const auto& a : n.attr()) {
-      if (a.name() == "is_cpu_op" && a.value_case() == ChakraProtoMsg::AttributeProto::kBoolVal) g.is_cpu = a.bool_val();
-      if (a.name() == "stream" && a.value_case() == ChakraProtoMsg::AttributeProto::kInt64Val) g.has_stream = true, g.stream = a.int64_val();
-      if (a.name() == "tid" && a.value_case() == ChakraProtoMsg::AttributeProto::kInt64Val) g.has_tid = true, g.tid = a.int64_val();
-    }
-    if (!ChakraProtoMsg::NodeType_IsValid(n.type()))
-      out.type_problems.push_back("node " + std::to_string(n.id()) + ": unknown node type " + std::to_string(n.type()));
-    out.nodes.push_back(std::move(g));
-  }
 }
 
 int run_convert(const std::vector<std::string>& files, const std::string& compat, int jobs, bool simulate,

@@ -2,7 +2,10 @@
 // each reference bug the default mode fixes (specs §8), plus validator and simulator semantics.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "converter.h"
+#include "et_load.h"
 #include "et_stream.h"
 #include "input_error.h"
 #include "jsonizer.h"
@@ -67,6 +70,25 @@ TEST_P(ReferenceOutput, ByteIdenticalInCompatMode) {
 INSTANTIATE_TEST_SUITE_P(Chakra, ReferenceOutput,
                          ::testing::Values("ref_c102_linked", "ref_c102_host_unlinked", "ref_resnet_linked",
                                            "ref_resnet_host_unlinked"));
+
+TEST(ReferenceSimulation, SimulatingTheReferenceEtGivesTheReferenceLogLines) {
+  OPF_REQUIRE_TRACES();
+  std::string dir = test::traces_dir() + "/synthetic-linked/";
+  LoadedEt et;
+  load_et(dir + "c102_linked.ref.et", true, et);
+  std::vector<std::string> got;
+  simulate(et.nodes, [&](const std::string& l) { got.push_back(l); });
+  std::vector<std::string> want;
+  std::istringstream log(test::read_file(dir + "c102_linked.ref.convert_simulate.log"));
+  bool in_sim = false;
+  for (std::string line; std::getline(log, line);) {
+    line = line.substr(line.find("] ") + 2);   // strip "LEVEL [date time] "
+    if (line == "Simulating execution of Chakra nodes based on data dependencies.") in_sim = true;
+    else if (in_sim && line.rfind("Conversion successful", 0) != 0) want.push_back(line);
+  }
+  ASSERT_GT(want.size(), 500u);
+  EXPECT_EQ(got, want);
+}
 
 // ---- default-mode fixes
 
