@@ -472,6 +472,9 @@ ConvertStats Converter::run() {
   timer.mark("structure");
   encode_deps();
   timer.mark("deps");
+  // the JSON tree is no longer needed: give its memory back before the graph view is built
+  for (auto* v : {&child_begin_, &child_list_, &gpu_child_begin_, &gpu_child_list_}) std::vector<uint32_t>().swap(*v);
+  std::vector<JType>().swap(jtype_);
 
   // dangling nodes: no data deps and nobody depends on them (§3.7)
   {

@@ -9,7 +9,7 @@
 namespace opf::chakra {
 
 namespace {
-constexpr size_t kChunk = 1 << 20;
+constexpr size_t kChunk = 1 << 18;
 constexpr size_t kPad = simdjson::SIMDJSON_PADDING;
 
 // 0 plain, 1 quote, 2 open, 3 close

@@ -81,7 +81,7 @@ class StringPool {
   }
 
  private:
-  static constexpr size_t kBlock = 1 << 20;
+  static constexpr size_t kBlock = 1 << 18;
   std::vector<std::unique_ptr<char[]>> blocks_, big_;
   size_t used_ = 0;
   std::unordered_set<std::string_view> interned_;
