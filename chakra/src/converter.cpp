@@ -339,8 +339,13 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
   }
   if (log_.enabled()) log_.debug("Encoding and writing nodes for Chakra execution trace.");
   std::vector<uint32_t> by_id(final_order);
-  auto id_less = [&](uint32_t a, uint32_t b) { return tr_.nodes[outs_[a].src].id < tr_.nodes[outs_[b].src].id; };
-  if (!std::is_sorted(by_id.begin(), by_id.end(), id_less)) std::sort(by_id.begin(), by_id.end(), id_less);
+  {
+    // sort (id, position) pairs: much cheaper than comparing through two indirections
+    std::vector<std::pair<int64_t, uint32_t>> keyed(by_id.size());
+    for (size_t j = 0; j < by_id.size(); ++j) keyed[j] = {tr_.nodes[outs_[by_id[j]].src].id, by_id[j]};
+    if (!std::is_sorted(keyed.begin(), keyed.end())) std::sort(keyed.begin(), keyed.end());
+    for (size_t j = 0; j < by_id.size(); ++j) by_id[j] = keyed[j].second;
+  }
   // Serialization is the costly part: chunks are encoded by worker tasks and written in order.
   constexpr size_t kChunk = 1024;   // ~0.4 MB of records: small buffers keep peak RSS low
   // Buffers are recycled: fresh multi-MB buffers would be page-faulted in again for each chunk.

@@ -198,7 +198,8 @@ struct NodeReader {
   od::parser parser;
   std::string s_values, s_shapes, s_types, o_values, o_shapes, o_types;
   std::vector<ElemSize> sizes;
-  std::vector<std::string> types;
+  std::string types_text;                              // the raw type strings, back to back
+  std::vector<std::pair<size_t, size_t>> types;        // (offset, length) into types_text
   bool values_is_list = false, has_types = false;
 
   PStr keep(const std::string& s, bool intern) { return intern ? pool.intern_p(s) : pool.add_p(s); }
@@ -240,6 +241,7 @@ struct NodeReader {
   void read_types(od::value v) {
     s_types.clear();
     types.clear();
+    types_text.clear();
     has_types = true;
     od::json_type t;
     check(v.type().get(t), "inputs.types");
@@ -261,10 +263,11 @@ struct NodeReader {
       if (et == od::json_type::string) {
         std::string_view s;
         check(ev.get_string().get(s), "inputs.types");
-        types.emplace_back(s);
+        types.emplace_back(types_text.size(), s.size());
+        types_text += s;
         py_repr_string(s, s_types);
       } else {
-        types.emplace_back();
+        types.emplace_back(types_text.size(), 0);
         check(py_repr_json(ev, s_types), "inputs.types");
       }
     }
@@ -453,8 +456,8 @@ struct NodeReader {
     bool ok = values_is_list;
     size_t m = std::min(sizes.size(), types.size());
     for (size_t i = 0; i < m && ok; ++i) {
-      const std::string& ty = types[i];
-      if (ty.find("Tensor") == std::string::npos) continue;
+      std::string_view ty(types_text.data() + types[i].first, types[i].second);
+      if (ty.find("Tensor") == std::string_view::npos) continue;
       if (ty.rfind("GenericList[Tensor", 0) == 0) {
         if (!sizes[i].list_ok) ok = false;
         else total += sizes[i].list;
@@ -535,7 +538,7 @@ class BatchParser {
 
   void work(StringPool& pool) {
     std::vector<HostNode> sink;
-    NodeReader reader{tr_.path, pool, sink, flat_, {}, {}, {}, {}, {}, {}, {}, {}, {}, false, false};
+    NodeReader reader{tr_.path, pool, sink, flat_, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, false, false};
     for (;;) {
       Batch* b;
       {

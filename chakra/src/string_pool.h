@@ -41,18 +41,8 @@ class StringPool {
  public:
   std::string_view add(std::string_view s) {
     if (s.empty()) return {};
-    if (s.size() > kBlock / 4) {   // big strings get their own block
-      big_.emplace_back(new char[s.size()]);
-      std::memcpy(big_.back().get(), s.data(), s.size());
-      return {big_.back().get(), s.size()};
-    }
-    if (used_ + s.size() > kBlock || blocks_.empty()) {
-      blocks_.emplace_back(new char[kBlock]);
-      used_ = 0;
-    }
-    char* p = blocks_.back().get() + used_;
+    char* p = alloc(s.size());
     std::memcpy(p, s.data(), s.size());
-    used_ += s.size();
     return {p, s.size()};
   }
   std::string_view intern(std::string_view s) {
@@ -65,11 +55,11 @@ class StringPool {
   // length-prefixed copies for PStr handles (empty strings need no storage)
   PStr add_p(std::string_view s) {
     if (s.empty()) return {};
-    std::string tmp(4 + s.size(), '\0');
+    char* p = alloc(4 + s.size());
     uint32_t n = uint32_t(s.size());
-    std::memcpy(tmp.data(), &n, 4);
-    std::memcpy(tmp.data() + 4, s.data(), s.size());
-    return PStr(add(tmp).data());
+    std::memcpy(p, &n, 4);
+    std::memcpy(p + 4, s.data(), s.size());
+    return PStr(p);
   }
   PStr intern_p(std::string_view s) {
     if (s.empty()) return {};
@@ -81,6 +71,20 @@ class StringPool {
   }
 
  private:
+  char* alloc(size_t n) {
+    if (n > kBlock / 4) {   // big strings get their own block
+      big_.emplace_back(new char[n]);
+      return big_.back().get();
+    }
+    if (used_ + n > kBlock || blocks_.empty()) {
+      blocks_.emplace_back(new char[kBlock]);
+      used_ = 0;
+    }
+    char* p = blocks_.back().get() + used_;
+    used_ += n;
+    return p;
+  }
+
   static constexpr size_t kBlock = 1 << 18;
   std::vector<std::unique_ptr<char[]>> blocks_, big_;
   size_t used_ = 0;
