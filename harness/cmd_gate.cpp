@@ -16,6 +16,7 @@ using namespace opf::matrix;
 
 struct GateArgs {
   std::string baseline, current, overrides, markdown, write_baseline, source;
+  std::string timing = "gate";
   double threshold = 0.05, alpha = 0.05, instr_threshold = 0.01;
 };
 
@@ -44,6 +45,8 @@ int do_gate(const GateArgs& a) {
     cfg.threshold = a.threshold;
     cfg.alpha = a.alpha;
     cfg.instr_threshold = a.instr_threshold;
+    if (a.timing != "gate" && a.timing != "advisory") throw Error("gate: --timing is 'gate' or 'advisory'");
+    cfg.timing_gates = a.timing == "gate";
     if (!a.overrides.empty()) cfg.overrides = read_overrides(a.overrides);
     if (base.bench.empty() && base.tests.empty() && base.chakra.empty() && base.instr.empty())
       throw Error(a.baseline + ": the baseline holds no benchmarks, tests, Chakra results or instruction counts");
@@ -68,6 +71,7 @@ void add_gate_command(CLI::App& app) {
   g->add_option("--threshold", a->threshold, "Relative change that matters (default 0.05 = 5 %)");
   g->add_option("--alpha", a->alpha, "Significance level of the Mann-Whitney U test (default 0.05)");
   g->add_option("--instr-threshold", a->instr_threshold, "Relative instruction-count change that fails (default 0.01)");
+  g->add_option("--timing", a->timing, "gate (default): SLOWER fails; advisory: timing reported only (noisy shared runners)");
   g->add_option("--overrides", a->overrides, "TOML file of per-benchmark thresholds / ignores ([[override]])");
   g->add_option("--markdown", a->markdown, "Also write the Markdown summary here");
   g->add_option("--write-baseline", a->write_baseline, "Write --current as an opforge.baseline/1 file and exit");

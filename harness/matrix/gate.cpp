@@ -49,7 +49,8 @@ std::vector<GateOverride> read_overrides(const std::string& path) {
 
 int GateReport::regressions() const {
   int n = 0;
-  for (const auto& b : bench) n += b.verdict == "SLOWER";
+  if (timing_gates)
+    for (const auto& b : bench) n += b.verdict == "SLOWER";
   for (const auto* list : {&instr, &tests, &chakra})
     for (const auto& c : *list) n += c.verdict == "REGRESSION";
   return n;
@@ -57,6 +58,7 @@ int GateReport::regressions() const {
 
 GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
   GateReport r;
+  r.timing_gates = cfg.timing_gates;
   std::map<std::string, const BenchSamples*> cur_bench;
   for (const auto& b : cur.bench) cur_bench[b.key()] = &b;
   std::set<std::string> seen;
@@ -195,6 +197,9 @@ std::string gate_markdown(const GateReport& r, const std::string& base_name, con
   std::string counts;
   for (const auto& [k, n] : count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
   s += (counts.empty() ? "none" : counts) + ".\n\n";
+  if (!r.timing_gates && count["SLOWER"])
+    s += "Timing is advisory here (--timing advisory): the " + std::to_string(count["SLOWER"]) +
+         " SLOWER benchmark(s) are reported, not failed.\n\n";
   if (!r.bench.empty()) {
     s += "| benchmark | verdict | base median | current median | ratio | p vs threshold (Mann-Whitney) | reps | threshold | note |\n";
     s += "|---|---|---:|---:|---:|---:|---:|---:|---|\n";

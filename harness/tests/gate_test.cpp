@@ -61,6 +61,20 @@ TEST(Gate, TwentyPercentSlowdownFails) {
   EXPECT_EQ(r.exit_code(), 1);
 }
 
+TEST(Gate, AdvisoryTimingReportsButDoesNotFail) {
+  auto base = input_of({{"b", normal_samples(1, kReps, 1000, 30)}});
+  auto cur = input_of({{"b", normal_samples(2, kReps, 1200, 36)}});
+  GateConfig cfg;
+  cfg.timing_gates = false;
+  auto r = run_gate(base, cur, cfg);
+  EXPECT_EQ(r.bench[0].verdict, "SLOWER");
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_NE(gate_markdown(r, "b", "c").find("advisory"), std::string::npos);
+  cur.tests = {{"prebuilt", "k.x", "fail"}};  // correctness still gates
+  base.tests = {{"prebuilt", "k.x", "pass"}};
+  EXPECT_EQ(run_gate(base, cur, cfg).exit_code(), 1);
+}
+
 TEST(Gate, TwentyPercentSpeedupPasses) {
   auto base = input_of({{"b", normal_samples(3, kReps, 1000, 30)}});
   auto cur = input_of({{"b", normal_samples(4, kReps, 800, 24)}});
