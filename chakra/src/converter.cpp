@@ -7,6 +7,7 @@
 #include <deque>
 #include <future>
 #include <ctime>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "atomic_output.h"
@@ -20,6 +21,7 @@
 #include "ref_log.h"
 #include "simulator.h"
 #include "validator.h"
+#include "wire.h"
 
 namespace opf::chakra {
 
@@ -122,7 +124,7 @@ class Converter {
   void convert_node(uint32_t i);
   void encode_deps();
   void write(const std::vector<uint32_t>& final_order);
-  void fill_node(const Out& o, ChakraProtoMsg::Node& pn) const;
+  void encode_node(const Out& o, std::string& buf) const;
 
   const std::string& in_;
   const std::string& out_path_;
@@ -256,57 +258,116 @@ void Converter::encode_deps() {
   }
 }
 
-void Converter::fill_node(const Out& o, ChakraProtoMsg::Node& pn) const {
+// One attribute of a written node: an int64, bool or string value (the only kinds written).
+struct WireAttr {
+  enum Kind : uint8_t { kInt, kBool, kStr } kind;
+  std::string_view name;
+  int64_t i = 0;
+  std::string_view s;
+  size_t body_size() const {
+    size_t v = kind == kInt    ? 1 + wire::varint_size(uint64_t(i))
+               : kind == kBool ? 3
+                               : wire::len_field_size(wire::tag(29, wire::kLen), s.size());
+    return wire::len_field_size(wire::tag(1, wire::kLen), name.size()) + v;
+  }
+  char* put(char* p) const {
+    p = wire::put_bytes(p, wire::tag(1, wire::kLen), name);
+    switch (kind) {
+      case kInt: return wire::put_varint(wire::put_varint(p, wire::tag(9, wire::kVarint)), uint64_t(i));
+      case kBool: return wire::put_varint(wire::put_varint(p, wire::tag(27, wire::kVarint)), i ? 1 : 0);
+      case kStr: return wire::put_bytes(p, wire::tag(29, wire::kLen), s);
+    }
+    return p;
+  }
+};
+
+size_t io_size(std::string_view v, std::string_view s, std::string_view t) {
+  size_t n = 0;
+  for (auto x : {v, s, t})
+    if (!x.empty()) n += wire::len_field_size(wire::tag(1, wire::kLen), x.size());
+  return n;
+}
+
+char* put_io(char* p, uint32_t field, size_t size, std::string_view v, std::string_view s, std::string_view t) {
+  p = wire::put_len_header(p, wire::tag(field, wire::kLen), size);
+  uint32_t f = 1;
+  for (auto x : {v, s, t}) {
+    if (!x.empty()) p = wire::put_bytes(p, wire::tag(f, wire::kLen), x);
+    ++f;
+  }
+  return p;
+}
+
+size_t packed_size(const uint64_t* d, size_t n) {
+  size_t s = 0;
+  for (size_t k = 0; k < n; ++k) s += wire::varint_size(d[k]);
+  return s;
+}
+
+char* put_packed(char* p, uint32_t field, const uint64_t* d, size_t n, size_t size) {
+  p = wire::put_len_header(p, wire::tag(field, wire::kLen), size);
+  for (size_t k = 0; k < n; ++k) p = wire::put_varint(p, d[k]);
+  return p;
+}
+
+// Appends the node's record (varint32 size + ChakraProtoMsg::Node bytes, exactly as protobuf
+// serializes it: fields in number order, proto3 zero/empty scalars omitted, inputs/outputs
+// always present, oneof attribute values always written).
+void Converter::encode_node(const Out& o, std::string& buf) const {
+  using namespace wire;
   const HostNode& n = tr_.nodes[o.src];
-  pn.Clear();
-  pn.set_id(uint64_t(n.id));
-  pn.set_name(n.name.data(), n.name.size());
-  pn.set_type(o.type);
-  if (o.has_ctrl) pn.add_ctrl_deps(uint64_t(o.ctrl));
-  for (uint64_t d : graph_[o.gpos].data_deps) pn.add_data_deps(d);
+  const std::vector<uint64_t>& data = graph_[o.gpos].data_deps;
+  const uint64_t ctrl = uint64_t(o.ctrl);
   // reference hack: the optimizer-step annotation covers most of the step, so it gets 0
-  int64_t dur = n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration;
-  pn.set_duration_micros(uint64_t(dur));
-  auto* in = pn.mutable_inputs();
-  in->set_values(n.in_values.data(), n.in_values.size());
-  in->set_shapes(n.in_shapes.data(), n.in_shapes.size());
-  in->set_types(n.in_types.data(), n.in_types.size());
-  auto* ou = pn.mutable_outputs();
-  ou->set_values(n.out_values.data(), n.out_values.size());
-  ou->set_shapes(n.out_shapes.data(), n.out_shapes.size());
-  ou->set_types(n.out_types.data(), n.out_types.size());
-  for (int a = 0; a < kIntAttrCount; ++a) {
-    auto* at = pn.add_attr();
-    at->set_name(kIntAttrNames[a]);
-    at->set_int64_val(n.attr[a]);
-  }
-  auto* at = pn.add_attr();
-  at->set_name("op_schema");
-  at->set_string_val(n.op_schema.data(), n.op_schema.size());
-  at = pn.add_attr();
-  at->set_name("is_cpu_op");
-  at->set_bool_val(!n.is_gpu);
-  if (!n.stream_null) {
-    at = pn.add_attr();
-    at->set_name("stream");
-    at->set_int64_val(n.stream);
-  }
-  if (o.type == ChakraProtoMsg::COMM_COLL_NODE && o.comm_type >= 0) {
-    at = pn.add_attr();
-    at->set_name("comm_type");
-    at->set_int64_val(o.comm_type);
-  }
+  const uint64_t dur = uint64_t(n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration);
+  WireAttr attrs[kIntAttrCount + 6];
+  size_t na = 0;
+  for (int a = 0; a < kIntAttrCount; ++a) attrs[na++] = {WireAttr::kInt, kIntAttrNames[a], n.attr[a], {}};
+  attrs[na++] = {WireAttr::kStr, "op_schema", 0, n.op_schema};
+  attrs[na++] = {WireAttr::kBool, "is_cpu_op", !n.is_gpu, {}};
+  if (!n.stream_null) attrs[na++] = {WireAttr::kInt, "stream", n.stream, {}};
+  if (o.type == ChakraProtoMsg::COMM_COLL_NODE && o.comm_type >= 0)
+    attrs[na++] = {WireAttr::kInt, "comm_type", o.comm_type, {}};
   if (o.type == ChakraProtoMsg::COMM_COLL_NODE || o.type == ChakraProtoMsg::COMM_SEND_NODE ||
       o.type == ChakraProtoMsg::COMM_RECV_NODE) {
-    at = pn.add_attr();
-    at->set_name("comm_size");
-    at->set_int64_val(o.comm_size_zero ? 0 : n.comm_size);
-    if (!o.pg_name.empty()) {
-      at = pn.add_attr();
-      at->set_name("pg_name");
-      at->set_string_val(o.pg_name.data(), o.pg_name.size());
-    }
+    attrs[na++] = {WireAttr::kInt, "comm_size", o.comm_size_zero ? 0 : n.comm_size, {}};
+    if (!o.pg_name.empty()) attrs[na++] = {WireAttr::kStr, "pg_name", 0, o.pg_name};
   }
+
+  const std::string_view name = n.name;
+  const size_t ctrl_size = o.has_ctrl ? varint_size(ctrl) : 0;
+  const size_t data_size = packed_size(data.data(), data.size());
+  const size_t in_size = io_size(n.in_values, n.in_shapes, n.in_types);
+  const size_t out_size = io_size(n.out_values, n.out_shapes, n.out_types);
+  size_t attr_size[kIntAttrCount + 6];
+  size_t size = 0;
+  if (n.id != 0) size += 1 + varint_size(uint64_t(n.id));
+  if (!name.empty()) size += len_field_size(tag(2, kLen), name.size());
+  if (o.type != 0) size += 1 + varint_size(uint64_t(int64_t(o.type)));
+  if (o.has_ctrl) size += len_field_size(tag(4, kLen), ctrl_size);
+  if (!data.empty()) size += len_field_size(tag(5, kLen), data_size);
+  if (dur != 0) size += 1 + varint_size(dur);
+  size += len_field_size(tag(8, kLen), in_size) + len_field_size(tag(9, kLen), out_size);
+  for (size_t k = 0; k < na; ++k) {
+    attr_size[k] = attrs[k].body_size();
+    size += len_field_size(tag(10, kLen), attr_size[k]);
+  }
+
+  const size_t head = buf.size();
+  buf.resize(head + varint_size(size) + size);
+  char* const begin = buf.data() + head;
+  char* p = put_varint(begin, size);
+  if (n.id != 0) p = put_varint(put_varint(p, tag(1, kVarint)), uint64_t(n.id));
+  if (!name.empty()) p = put_bytes(p, tag(2, kLen), name);
+  if (o.type != 0) p = put_varint(put_varint(p, tag(3, kVarint)), uint64_t(int64_t(o.type)));
+  if (o.has_ctrl) p = put_packed(p, 4, &ctrl, 1, ctrl_size);
+  if (!data.empty()) p = put_packed(p, 5, data.data(), data.size(), data_size);
+  if (dur != 0) p = put_varint(put_varint(p, tag(7, kVarint)), dur);
+  p = put_io(p, 8, in_size, n.in_values, n.in_shapes, n.in_types);
+  p = put_io(p, 9, out_size, n.out_values, n.out_shapes, n.out_types);
+  for (size_t k = 0; k < na; ++k) p = attrs[k].put(put_len_header(p, tag(10, kLen), attr_size[k]));
+  if (p != buf.data() + buf.size())
+    throw std::logic_error("chakra node encoder: size mismatch for node " + std::to_string(n.id));
 }
 
 void Converter::write(const std::vector<uint32_t>& final_order) {
@@ -351,12 +412,7 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
   // Buffers are recycled: fresh multi-MB buffers would be page-faulted in again for each chunk.
   auto encode = [this, &by_id](std::string buf, size_t begin, size_t end) {
     buf.clear();
-    EtWriter cw(buf);
-    ChakraProtoMsg::Node pn;
-    for (size_t j = begin; j < end; ++j) {
-      fill_node(outs_[by_id[j]], pn);
-      cw.write(pn);
-    }
+    for (size_t j = begin; j < end; ++j) encode_node(outs_[by_id[j]], buf);
     return buf;
   };
   std::deque<std::future<std::string>> pending;
