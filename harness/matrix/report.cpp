@@ -210,7 +210,7 @@ Section matrix_grid(const Run& r) {
   }
   if (!details.empty()) s.md += "\nProblems:\n\n" + details;
   s.md += "\n";
-  s.html = "<h2>Matrix: cell &times; step</h2>\n" + svg::grid(g) +
+  s.html = "<h2 id=\"matrix\">Matrix: cell &times; step</h2>\n" + svg::grid(g) +
            "<p class=\"legend\"><span style=\"background:" + svg::status_color("pass") + "\">pass</span> <span style=\"background:" +
            svg::status_color("fail") + "\">fail</span> <span style=\"background:" + svg::status_color("skip") +
            "\">skip (not applicable)</span> <span style=\"background:" + svg::status_color("blocked") +
@@ -248,7 +248,7 @@ Section matrix_grid(const Run& r) {
 Section tests(const Run& r) {
   Section s;
   s.md = "## Tests\n\n| cell | passed | failed | skipped |\n|---|---:|---:|---:|\n";
-  s.html = "<h2>Tests</h2>\n<table><tr><th>cell</th><th>passed</th><th>failed</th><th>skipped</th></tr>\n";
+  s.html = "<h2 id=\"tests\">Tests</h2>\n<table><tr><th>cell</th><th>passed</th><th>failed</th><th>skipped</th></tr>\n";
   for (const auto& c : r.cells) {
     const auto& t = c.rec.get("tests");
     if (!t.is_object()) continue;
@@ -285,7 +285,7 @@ Section tests(const Run& r) {
 Section performance(const Run& r) {
   Section s;
   s.md = "## Performance\n\n";
-  s.html = "<h2>Performance: ops vs peers and the bandwidth probe</h2>\n";
+  s.html = "<h2 id=\"performance\">Performance: ops vs peers and the bandwidth probe</h2>\n";
   bool any = false;
   for (const auto& c : r.cells) {
     std::string probe_src;
@@ -343,7 +343,7 @@ Section jit(const Run& r) {
   Section s;
   s.md = "## Module loads (cold, warm)\n\nCold: first load in a fresh cache (prebuilt module, or JIT compile). Warm: second load after the loader forgot it (JIT: cache hit).\n\n"
          "| cell | op/backend | status | cold path | cold | warm path | warm |\n|---|---|---|---|---:|---|---:|\n";
-  s.html = "<h2>Module loads: JIT cold vs warm</h2>\n";
+  s.html = "<h2 id=\"loads\">Module loads: JIT cold vs warm</h2>\n";
   svg::BarChart chart;
   chart.title = "load time per op x backend (log scale)";
   chart.unit = "seconds";
@@ -372,7 +372,7 @@ Section jit(const Run& r) {
 Section chakra(const Run& r) {
   Section s;
   s.md = "## Chakra regression\n\n";
-  s.html = "<h2>Chakra conversion: times and regression status</h2>\n";
+  s.html = "<h2 id=\"chakra\">Chakra conversion: times and regression status</h2>\n";
   svg::BarChart chart;
   chart.title = "conversion time per trace";
   chart.unit = "seconds";
@@ -409,7 +409,7 @@ Section chakra(const Run& r) {
       g.text.push_back({t.status});
     }
     for (const auto& st : c.rec.get("steps").as_array())
-      if (st.str("name") == "chakra") total += (total.empty() ? "" : "; ") + c.rec.str("name") + ": " + fmt("%.1f s", st.num("seconds"));
+      if (st.str("name") == "chakra" && st.str("status") != "skip" && st.str("status") != "blocked") total += (total.empty() ? "" : "; ") + c.rec.str("name") + ": " + fmt("%.1f s", st.num("seconds"));
   }
   s.html += "<p>The regression tool reports no per-trace conversion times; the whole suite (convert, jsonize, compare every trace) took " +
             escape(total) + ".</p>\n" + svg::grid(g);
@@ -421,7 +421,7 @@ Section debt(const Run& r) {
   Section s;
   const auto& items = r.debt.get("items").as_array();
   s.md = "## GPU debt\n\nSkipped for lack of a device: owed, never passed. " + std::to_string(items.size()) + " item(s).\n\n";
-  s.html = "<h2>GPU debt <span class=\"badge owed\">" + std::to_string(items.size()) + " owed</span></h2>\n"
+  s.html = "<h2 id=\"gpu-debt\">GPU debt <span class=\"badge owed\">" + std::to_string(items.size()) + " owed</span></h2>\n"
            "<p>Everything skipped for lack of a device. It is owed, never counted as passed; run these cells on a machine with the device to pay it.</p>\n";
   if (items.empty()) return s;
   // grouped: cell x reason -> count, with the test names
