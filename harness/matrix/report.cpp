@@ -202,9 +202,11 @@ Section matrix_grid(const Run& r) {
       s.md += " " + text + " |";
     }
     std::string cs = c ? c->rec.str("status") : "not run";
-    st_row.push_back(cs);
-    tx_row.push_back(c ? cs + " " + dur(c->rec.num("seconds")) : "not run");
-    s.md += " " + (c ? cs + " " + dur(c->rec.num("seconds")) : "not run") + " |\n";
+    // a cell that passed with skipped-for-no-device work is shown as owing it, not as clean
+    size_t owed = c ? c->rec.get("gpu_debt").as_array().size() : 0;
+    st_row.push_back(cs == "pass" && owed ? "owed" : cs);
+    tx_row.push_back(c ? cs + (owed ? " +" + std::to_string(owed) + " owed" : " " + dur(c->rec.num("seconds"))) : "not run");
+    s.md += " " + (c ? cs + " " + dur(c->rec.num("seconds")) + (owed ? ", " + std::to_string(owed) + " owed" : "") : "not run") + " |\n";
     g.status.push_back(st_row);
     g.text.push_back(tx_row);
   }
@@ -214,7 +216,7 @@ Section matrix_grid(const Run& r) {
            "<p class=\"legend\"><span style=\"background:" + svg::status_color("pass") + "\">pass</span> <span style=\"background:" +
            svg::status_color("fail") + "\">fail</span> <span style=\"background:" + svg::status_color("skip") +
            "\">skip (not applicable)</span> <span style=\"background:" + svg::status_color("blocked") +
-           "\">blocked by an earlier step</span> <span style=\"background:" + svg::status_color("timeout") + "\">timeout</span></p>\n";
+           "\">blocked by an earlier step</span> <span style=\"background:" + svg::status_color("timeout") + "\">timeout</span> <span style=\"background:" + svg::status_color("owed") + "\">passed, but owes GPU work</span></p>\n";
   if (!details.empty()) {
     s.html += "<h3>Problems</h3><ul>";
     // reuse the markdown bullet text
