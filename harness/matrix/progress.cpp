@@ -46,10 +46,12 @@ void Progress::stop() {
 }
 
 void Progress::render_locked() {
-  std::string line = "[" + format_duration(secs(t0_)) + "]";
+  std::string line = "[";
+  line.append(format_duration(secs(t0_))).append("]");
   for (const auto& [slot, a] : active_)
-    line += "  cell " + std::to_string(a.index) + "/" + std::to_string(total_) + " " + a.cell + ": " + a.step + " " +
-            format_duration(secs(a.step_t0)) + " (cell " + format_duration(secs(a.cell_t0)) + ")";
+    line.append("  cell ").append(std::to_string(a.index)).append("/").append(std::to_string(total_)).append(" ")
+        .append(a.cell).append(": ").append(a.step).append(" ").append(format_duration(secs(a.step_t0)))
+        .append(" (cell ").append(format_duration(secs(a.cell_t0))).append(")");
   if (active_.empty()) line += "  waiting";
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
   std::fflush(stderr);

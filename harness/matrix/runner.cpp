@@ -39,6 +39,8 @@ struct StepRecord {
 };
 
 struct CellRun {
+  CellRun(const PlanSource& p, const OpManifest& m, const Cell& c, const RunOptions& o, Progress& pr)
+      : ps(p), manifest(m), cell(c), opt(o), progress(pr) {}
   const PlanSource& ps;
   const OpManifest& manifest;
   const Cell& cell;
@@ -472,7 +474,7 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
       if (k >= pending.size()) break;
       const Cell& cell = *pending[k];
       int index = int(std::find(todo.begin(), todo.end(), &cell) - todo.begin()) + 1;
-      CellRun c{ps, manifest_ops, cell, opt, progress};
+      CellRun c(ps, manifest_ops, cell, opt, progress);
       c.index = index;
       c.slot = slot;
       c.bench = bench;
