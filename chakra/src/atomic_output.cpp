@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,8 @@ namespace opf::chakra {
 
 namespace {
 constexpr size_t kBuf = 1 << 20;
+constexpr uint64_t kPrealloc = 4 << 20;
+constexpr size_t kDirect = 64 << 10;   // blocks this big are not worth copying into the buffer
 
 bool ends_with(std::string_view s, std::string_view suf) {
   return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
@@ -41,6 +44,15 @@ AtomicOutput::~AtomicOutput() {
 }
 
 void AtomicOutput::write_raw(const char* p, size_t n) {
+  // Preallocate ahead of the writes: with blocks already allocated, renaming over an existing
+  // file does not make ext4 (auto_da_alloc) allocate and start writeback of the whole file
+  // inside rename() (8 ms for 11 MB). Not supported (other filesystems): plain writes.
+  if (written_ + n > reserved_ && reserved_ != UINT64_MAX) {
+    uint64_t want = std::max<uint64_t>(written_ + n, reserved_ + kPrealloc);
+    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, off_t(reserved_), off_t(want - reserved_)) == 0) reserved_ = want;
+    else reserved_ = UINT64_MAX;
+  }
+  written_ += n;
   while (n > 0) {
     ssize_t w = ::write(fd_, p, n);
     if (w < 0) {
@@ -71,8 +83,8 @@ void AtomicOutput::flush_buffer() {
 }
 
 void AtomicOutput::write(std::string_view bytes) {
-  if (buf_.size() + bytes.size() > kBuf) flush_buffer();
-  if (bytes.size() > kBuf) {
+  if (buf_.size() + bytes.size() > kBuf || (!gzip_ && bytes.size() >= kDirect)) flush_buffer();
+  if (bytes.size() > kBuf || (!gzip_ && bytes.size() >= kDirect)) {
     if (!gzip_) {
       write_raw(bytes.data(), bytes.size());   // big blocks go straight to the file
       return;
@@ -98,6 +110,9 @@ void AtomicOutput::commit() {
       write_raw(out, sizeof out - zs_.avail_out);
     } while (rc != Z_STREAM_END);
   }
+  // give back the preallocated blocks beyond the end
+  if (reserved_ != UINT64_MAX && reserved_ > written_ && ::ftruncate(fd_, off_t(written_)) != 0)
+    throw InputError(path_, "", std::string("truncate failed: ") + std::strerror(errno));
   if (::close(fd_) != 0) {
     fd_ = -1;
     throw InputError(path_, "", std::string("close failed: ") + std::strerror(errno));

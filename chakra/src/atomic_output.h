@@ -7,6 +7,7 @@
 
 #include <zlib.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,7 @@ class AtomicOutput {
   bool gzip_ = false;
   z_stream zs_{};
   std::string buf_;
+  uint64_t written_ = 0, reserved_ = 0;   // file bytes written / preallocated (fallocate)
 };
 
 }  // namespace opf::chakra
