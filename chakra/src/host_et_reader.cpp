@@ -498,6 +498,7 @@ class BatchParser {
     if (!cur_) {
       cur_ = std::make_unique<Batch>();
       cur_->first_index = index;
+      cur_->text.reserve(kBatchBytes + (16 << 10) + simdjson::SIMDJSON_PADDING);   // no regrowth copies
     }
     Batch& b = *cur_;
     b.items.push_back({b.text.size(), sp.size, sp.offset});
