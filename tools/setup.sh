@@ -8,7 +8,8 @@ packages=(
   meson ninja-build pkg-config g++ python3 ccache
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev    # tests, benchmarks, CLI
   libhwy-dev libdnnl-dev libopenblas-dev libssl-dev          # SIMD dispatch, CPU peers, cache keys
-  protobuf-compiler libprotobuf-dev libsimdjson-dev zlib1g-dev libtomlplusplus-dev  # chakra, matrices
+  protobuf-compiler libprotobuf-dev libsimdjson-dev zlib1g-dev  # chakra
+  libtomlplusplus-dev libxml2-dev                            # matrices, JUnit logs
   hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)
   valgrind                                                   # instruction-count gating
 )
