@@ -247,11 +247,16 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
   if (auto* r = doc.get("run")) {
     auto* t = r->as_table();
     if (!t) c.fail(*r, "[run] must be a table");
-    c.only_keys(*t, {"bench", "bench_args", "timeouts"}, "[run]");
+    c.only_keys(*t, {"bench", "callgrind", "bench_args", "timeouts"}, "[run]");
     if (auto* b = t->get("bench")) {
       auto v = b->value_exact<bool>();
       if (!v) c.fail(*b, "'bench' must be true or false");
       m.run.bench = *v;
+    }
+    if (auto* b = t->get("callgrind")) {
+      auto v = b->value_exact<bool>();
+      if (!v) c.fail(*b, "'callgrind' must be true or false");
+      m.run.callgrind = *v;
     }
     if (auto* a = t->get("bench_args")) {
       auto* arr = a->as_array();
@@ -268,7 +273,7 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
       if (!tt) c.fail(*to, "[run.timeouts] must be a table of step = seconds");
       for (auto&& [k, v] : *tt) {
         std::string step(k.str());
-        if (!m.run.timeouts.count(step)) c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, chakra)");
+        if (!m.run.timeouts.count(step)) c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, callgrind, chakra)");
         auto s = v.value<double>();
         if (!s || *s <= 0) c.fail(v, "timeout must be a positive number of seconds");
         m.run.timeouts[step] = *s;

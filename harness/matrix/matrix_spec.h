@@ -34,9 +34,10 @@ struct NamedCell {
 
 struct RunSettings {
   bool bench = false;
+  bool callgrind = false;  // instruction counts of the cpu kernels (valgrind --tool=callgrind)
   std::vector<std::string> bench_args{"--benchmark_repetitions=5", "--benchmark_min_time=0.05"};
   std::map<std::string, double> timeouts{{"setup", 300}, {"compile", 3600}, {"test", 1800},
-                                         {"inventory", 300}, {"bench", 1800}, {"chakra", 1800}};
+                                         {"inventory", 300}, {"bench", 1800}, {"callgrind", 300}, {"chakra", 1800}};
 };
 
 struct MatrixSpec {

@@ -187,6 +187,7 @@ json::Value Plan::to_json() const {
   v.set("excluded", ex);
   json::Value run_v;
   run_v.set("bench", run.bench);
+  run_v.set("callgrind", run.callgrind);
   json::Value args = json::Array{};
   for (const auto& a : run.bench_args) args.push(a);
   run_v.set("bench_args", args);
@@ -221,6 +222,7 @@ Plan Plan::from_json(const json::Value& v, const std::string& origin) {
     p.excluded.push_back({e.str("name"), options_from(e.get("options")), e.str("reason"), e.str("where")});
   const auto& r = v.get("run");
   p.run.bench = r.get("bench").as_bool();
+  p.run.callgrind = r.get("callgrind").as_bool();  // absent in plans written before the step existed
   if (r.has("bench_args")) {
     p.run.bench_args.clear();
     for (const auto& a : r.get("bench_args").as_array()) p.run.bench_args.push_back(a.as_string());

@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "matrix/callgrind.h"
 #include "matrix/files.h"
 #include "matrix/hash.h"
 #include "matrix/inventory.h"
@@ -48,6 +49,7 @@ struct CellRun {
   Progress& progress;
   int index = 0, slot = 0;
   bool bench = false;
+  bool callgrind = false;
   int build_jobs = 1;
   std::string dir, build, logs;
   std::vector<StepRecord> steps;
@@ -239,6 +241,44 @@ void step_bench(CellRun& c) {
   if (s.status == "pass") s.detail = std::to_string(outputs.as_array().size()) + " benchmark file(s)";
 }
 
+// Instruction counts: opforge-kernel-instr (built with the benchmarks) under callgrind, one
+// profile dump per cpu kernel case, counted around the kernel calls only; see kernel_instr.cpp.
+constexpr int kCallgrindCalls = 10;
+
+void step_callgrind(CellRun& c) {
+  if (!c.callgrind) return c.skip("callgrind", "instruction counts not asked for");
+  if (c.blocked) return c.skip("callgrind", "build failed");
+  const std::string driver = c.build + "/harness/suites/opforge-kernel-instr";
+  if (!files::exists(driver)) return c.skip("callgrind", "no opforge-kernel-instr in this build (bench disabled)");
+  std::string version;
+  if (!proc::capture({"valgrind", "--version"}, version, "", 30)) return c.skip("callgrind", "valgrind not found");
+  auto& s = c.begin("callgrind");
+  const std::string tmp = c.dir + "/callgrind.tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // a resumed cell's half-written profiles
+  files::make_dirs(tmp);
+  bool ok = c.exec(s,
+                   {"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out",
+                    driver, "--calls=" + std::to_string(kCallgrindCalls)},
+                   {{"OPFORGE_CACHE_DIR", c.build + "/jit-cache"}}, c.build, c.timeout("callgrind"));
+  if (ok) {
+    try {
+      json::Value doc = callgrind_json(read_callgrind_dir(tmp), kCallgrindCalls);
+      while (!version.empty() && isspace(static_cast<unsigned char>(version.back()))) version.pop_back();
+      doc.set("valgrind", version);
+      const size_t n = doc.get("benchmarks").as_array().size();
+      if (n == 0) throw Error("opforge-kernel-instr dumped no kernel profiles");
+      files::write_atomic(c.dir + "/callgrind.json", json::dump(doc));
+      c.record.set("callgrind", "callgrind.json");
+      s.detail = std::to_string(n) + " kernel case(s), " + std::to_string(kCallgrindCalls) + " calls each";
+    } catch (const Error& e) {
+      s.status = "fail";
+      s.detail = e.what();
+    }
+  }
+  fs::remove_all(tmp, ec);
+}
+
 void step_chakra(CellRun& c) {
   if (c.blocked) return c.skip("chakra", "build failed");
   std::string opforge = c.build + "/harness/opforge";
@@ -329,7 +369,7 @@ std::string run_cell(CellRun& c) {
   c.record = json::Object{};
   c.record.set("gpu_debt", json::Array{});
   using StepFn = void (*)(CellRun&);
-  for (StepFn f : {step_setup, step_compile, step_test, step_inventory, step_bench, step_chakra}) {
+  for (StepFn f : {step_setup, step_compile, step_test, step_inventory, step_bench, step_callgrind, step_chakra}) {
     if (c.stopped()) break;
     f(c);
   }
@@ -434,6 +474,7 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   json::Value settings;
   settings.set("jobs", opt.jobs);
   settings.set("bench", bench);
+  settings.set("callgrind", ps.plan.run.callgrind);
   json::Value bargs = json::Array{};
   for (const auto& a : ps.plan.run.bench_args) bargs.push(a);
   settings.set("bench_args", bargs);
@@ -478,6 +519,7 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
       c.index = index;
       c.slot = slot;
       c.bench = bench;
+      c.callgrind = ps.plan.run.callgrind;
       c.build_jobs = std::max(1, cores / jobs);
       c.dir = run_dir + "/cells/" + cell.id;
       c.build = c.dir + "/build";

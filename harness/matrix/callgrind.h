@@ -1,0 +1,29 @@
+// The matrix runner's callgrind step: callgrind's profile files (one dump per kernel case, made by
+// opforge-kernel-instr's client requests) turned into opforge.callgrind/1 (results/README.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "matrix/json.h"
+
+namespace opf::matrix {
+
+struct CallgrindDump {
+  std::string trigger;      // "Client Request: <case>", "Program termination", ...
+  double instructions = 0;  // the Ir column of `summary:` (or `totals:`)
+};
+
+// Reads the header of one callgrind.out file; throws opf::Error "<origin>:<line>: ..." when the
+// file has no `events:` line with Ir, or no summary/totals line.
+CallgrindDump parse_callgrind_out(const std::string& text, const std::string& origin);
+
+// opforge.callgrind/1 from the dumps made by client request (others are ignored), instructions
+// per kernel call (`calls` calls were counted per case), sorted by name. Throws opf::Error when
+// a case appears twice.
+json::Value callgrind_json(const std::vector<CallgrindDump>& dumps, int calls);
+
+// Every callgrind.out* file in `dir`, parsed.
+std::vector<CallgrindDump> read_callgrind_dir(const std::string& dir);
+
+}  // namespace opf::matrix

@@ -1,0 +1,101 @@
+// The callgrind step's parsing: callgrind profile headers -> opforge.callgrind/1, read back by the
+// gate. Inputs are written here in callgrind's documented format (valgrind's "Callgrind Format
+// Specification": `events:` names the columns, `summary:`/`totals:` hold the sums, trailing zero
+// columns may be left out), not produced by the code under test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "matrix/callgrind.h"
+#include "matrix/files.h"
+#include "matrix/gate_input.h"
+#include "opforge/error.h"
+
+namespace opf::matrix {
+namespace {
+
+std::string profile(const std::string& trigger, const std::string& events, const std::string& summary) {
+  return "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 4242\ncmd:  ./opforge-kernel-instr --calls=10\n"
+         "part: 3\n\n\ndesc: I1 cache: \ndesc: Timerange: Basic block 1000 - 2000\ndesc: Trigger: " +
+         trigger + "\n\npositions: line\nevents: " + events + "\nsummary: " + summary + "\n\n\nob=(1) /lib/x.so\nfl=(1) k.cpp\nfn=(1) kernel\n12 " +
+         summary + "\n\ntotals: " + summary + "\n";
+}
+
+TEST(CallgrindParse, IrFromSummary) {
+  auto d = parse_callgrind_out(profile("Client Request: layer_norm/cpu/f32/forward/1x4096", "Ir", "112164"), "p");
+  EXPECT_EQ(d.trigger, "Client Request: layer_norm/cpu/f32/forward/1x4096");
+  EXPECT_EQ(d.instructions, 112164);
+}
+
+TEST(CallgrindParse, IrColumnAmongOtherEvents) {
+  EXPECT_EQ(parse_callgrind_out(profile("x", "Dr Ir Dw", "7 900 3"), "p").instructions, 900);
+  // callgrind leaves out trailing zero columns: Ir is the third column, absent -> 0
+  EXPECT_EQ(parse_callgrind_out(profile("x", "Dr Dw Ir", "7 3"), "p").instructions, 0);
+}
+
+TEST(CallgrindParse, TotalsWhenNoSummary) {
+  std::string text = "events: Ir\ndesc: Trigger: Program termination\nfn=(1) main\n3 55\ntotals: 55\n";
+  auto d = parse_callgrind_out(text, "p");
+  EXPECT_EQ(d.trigger, "Program termination");
+  EXPECT_EQ(d.instructions, 55);
+}
+
+TEST(CallgrindParse, BadProfilesNameFileAndLine) {
+  try {
+    parse_callgrind_out("version: 1\nsummary: 5\n", "dir/callgrind.out.3");
+    FAIL() << "no events line accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "dir/callgrind.out.3:2: no `events:` line (not a callgrind profile)");
+  }
+  EXPECT_THROW(parse_callgrind_out("events: Ir\nfn=(1) f\n", "p"), Error);          // truncated
+  EXPECT_THROW(parse_callgrind_out("events: Dr Dw\nsummary: 1 2\n", "p"), Error);   // no Ir
+  try {
+    parse_callgrind_out("events: Ir\nsummary: 12x\n", "q");
+    FAIL() << "non-numeric count accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "q:2: Ir count '12x' is not a number (events on line 1)");
+  }
+}
+
+TEST(CallgrindJson, ClientRequestDumpsPerCallSorted) {
+  std::vector<CallgrindDump> dumps{{"Program termination", 0},
+                                   {"Client Request: rms_norm/cpu/f32/forward/1x4096", 1890},
+                                   {"Client Request: layer_norm/cpu/f32/forward/1x4096", 1121640},
+                                   {"Client Request: layer_norm/cpu/bf16/forward/1x4096", 15}};
+  json::Value doc = callgrind_json(dumps, 10);
+  EXPECT_EQ(doc.str("schema"), "opforge.callgrind/1");
+  const auto& b = doc.get("benchmarks").as_array();
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].str("name"), "layer_norm/cpu/bf16/forward/1x4096");
+  EXPECT_EQ(b[0].num("instructions"), 2);  // 1.5 per call, rounded
+  EXPECT_EQ(b[1].str("name"), "layer_norm/cpu/f32/forward/1x4096");
+  EXPECT_EQ(b[1].num("instructions"), 112164);
+  EXPECT_EQ(b[2].str("name"), "rms_norm/cpu/f32/forward/1x4096");
+  EXPECT_EQ(b[2].num("instructions"), 189);
+  EXPECT_THROW(callgrind_json({{"Client Request: a", 1}, {"Client Request: a", 2}}, 10), Error);
+  EXPECT_THROW(callgrind_json(dumps, 0), Error);
+}
+
+TEST(CallgrindJson, DirectoryToGateInput) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / ("opf-cg-test-" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  files::make_dirs(dir);
+  files::write_atomic(dir + "/callgrind.out", profile("Program termination", "Ir", "0"));
+  files::write_atomic(dir + "/callgrind.out.1", profile("Client Request: softmax/cpu/f32/forward/2x3", "Ir", "5000"));
+  files::write_atomic(dir + "/callgrind.out.2", profile("Client Request: softmax/cpu/f16/forward/2x3", "Ir Dr", "7000 10"));
+  files::write_atomic(dir + "/unrelated.txt", "not a profile");
+  files::write_atomic(dir + "/callgrind.json", json::dump(callgrind_json(read_callgrind_dir(dir), 10)));
+  auto counts = read_callgrind_json(dir + "/callgrind.json", "prebuilt");
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_EQ(counts[0].cell, "prebuilt");
+  EXPECT_EQ(counts[0].name, "softmax/cpu/f16/forward/2x3");
+  EXPECT_EQ(counts[0].instructions, 700);
+  EXPECT_EQ(counts[1].name, "softmax/cpu/f32/forward/2x3");
+  EXPECT_EQ(counts[1].instructions, 500);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace opf::matrix
