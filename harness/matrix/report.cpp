@@ -64,6 +64,7 @@ struct Cell {
   std::vector<BenchSamples> bench;
   json::Value probe, inventory;
   std::vector<ChakraOutcome> chakra;
+  std::vector<InstrCount> instr;  // callgrind.json, when the cell counted instructions
 };
 
 struct Run {
@@ -94,6 +95,7 @@ Run load(const std::string& run_dir) {
     if (files::read_if_exists(d + "/probe.json", text)) c.probe = json::parse(text, d + "/probe.json");
     if (files::read_if_exists(d + "/inventory.json", text)) c.inventory = json::parse(text, d + "/inventory.json");
     if (c.rec.get("chakra").is_string()) c.chakra = read_chakra_json(d + "/" + c.rec.str("chakra"), name);
+    if (c.rec.get("callgrind").is_string()) c.instr = read_callgrind_json(d + "/" + c.rec.str("callgrind"), name);
     r.cells.push_back(std::move(c));
   }
   // plan order
@@ -337,6 +339,21 @@ Section performance(const Run& r) {
   if (!any) {
     s.md += "No benchmarks in this run.\n\n";
     s.html += "<p>No benchmarks in this run.</p>\n";
+  }
+  // Instruction counts are per kernel call on a small correctness shape (not the benchmark
+  // shapes), so they get their own short table rather than a column above.
+  for (const auto& c : r.cells) {
+    if (c.instr.empty()) continue;
+    s.md += "### Instruction counts, cell `" + c.rec.str("name") + "` (callgrind, per kernel call)\n\n| case | instructions |\n|---|---:|\n";
+    s.html += "<h3>Instruction counts, cell <code>" + escape(c.rec.str("name")) +
+              "</code></h3><p>callgrind, per kernel call, on the op's first correctness shape.</p>\n"
+              "<table><tr><th>case</th><th>instructions</th></tr>\n";
+    for (const auto& i : c.instr) {
+      s.md += "| " + i.name + " | " + fmt("%.0f", i.instructions) + " |\n";
+      s.html += "<tr><td>" + escape(i.name) + "</td><td class=\"num\">" + fmt("%.0f", i.instructions) + "</td></tr>\n";
+    }
+    s.md += "\n";
+    s.html += "</table>\n";
   }
   return s;
 }

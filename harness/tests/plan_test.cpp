@@ -149,6 +149,31 @@ TEST(Plan, BadMatrixFilesNameFileLineAndProblem) {
   expect_error("[[cell]]\nname = \"x\"\nbogus = 1\n", "unknown key 'bogus'");
   expect_error("schema = 2\n", "unsupported schema");
   expect_error("[[cell]\n", "bad.toml:1:");
+  expect_error("[[cell]]\nname = \"x\"\n[run]\ncallgrind = \"yes\"\n", "bad.toml:4:");
+  expect_error("[[cell]]\nname = \"x\"\n[run]\ncallgrind = \"yes\"\n", "'callgrind' must be true or false");
+}
+
+// The callgrind switch survives plan.json (what --resume and --cell runs read back).
+TEST(Plan, CallgrindSettingRoundTrips) {
+  const auto& cat = catalog();
+  auto manifest = OpManifest::read(src() + "/kernels/manifest.toml");
+  for (bool on : {true, false}) {
+    auto spec = parse_matrix(std::string("[[cell]]\nname = \"a\"\n[run]\ncallgrind = ") + (on ? "true" : "false") +
+                                 "\n[run.timeouts]\ncallgrind = 42\n",
+                             "m.toml", cat, manifest);
+    EXPECT_EQ(spec.run.callgrind, on);
+    auto back = Plan::from_json(make_plan(spec, cat, "t").to_json(), "plan.json");
+    EXPECT_EQ(back.run.callgrind, on);
+    EXPECT_EQ(back.run.timeouts.at("callgrind"), 42);
+  }
+  // plans written before the step existed have no "callgrind": off
+  auto old = make_plan(parse_matrix("[[cell]]\nname = \"a\"\n", "m.toml", cat, manifest), cat, "t").to_json();
+  json::Value run = old.get("run");
+  json::Value trimmed = json::Object{};
+  for (const auto& [k, v] : run.as_object())
+    if (k != "callgrind") trimmed.set(k, v);
+  old.set("run", trimmed);
+  EXPECT_FALSE(Plan::from_json(old, "plan.json").run.callgrind);
 }
 
 TEST(Plan, ExcludedCellsKeepTheirReason) {
