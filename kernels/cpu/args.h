@@ -47,6 +47,17 @@ inline void expect_dims(const opf_call* c, int i, const char* name) {
             (long long)t.shape[d], d);
 }
 
+// The leading argument: a float (f32/f16/bf16) tensor of `ndim` dims laid out as `layout` (e.g.
+// "[rows, cols]") with no negative size. The other arguments are checked against its shape.
+inline const opf_tensor& expect_lead(const opf_call* c, int i, const char* name, int32_t ndim,
+                                     const char* layout) {
+  const opf_tensor& t = c->args[i];
+  if (t.ndim != ndim || !(t.dtype == OPF_F32 || t.dtype == OPF_F16 || t.dtype == OPF_BF16))
+    failf("%s: argument %d (%s) must be a %d-D f32/f16/bf16 tensor %s", c->entry, i, name, ndim, layout);
+  expect_dims(c, i, name);
+  return t;
+}
+
 // Argument i must be named `name` in the contract, have dtype `dtype` and exactly `shape`.
 inline const opf_tensor& expect_arg(const opf_call* c, int i, const char* name, int32_t dtype,
                                     std::initializer_list<int64_t> shape) {

@@ -257,18 +257,13 @@ using namespace opf::cpu;
 // The Highway target dispatch picks on this CPU (JIT builds: the host target).
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
-bool is_float_dtype(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
-
 int run(const opf_call* call, char* err, size_t len) {
   return opf::module::guarded(call, err, len, [](const opf_call* c) {
     const std::string_view entry = c->entry ? c->entry : "";
     expect_nparams(c, 1);
     if (entry == "forward") {
       expect_nargs(c, 6);
-      const opf_tensor& x = c->args[0];
-      if (x.ndim != 2 || !is_float_dtype(x.dtype))
-        failf("forward: argument 0 (x) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
-      expect_dims(c, 0, "x");
+      const opf_tensor& x = expect_lead(c, 0, "x", 2, "[rows, cols]");
       const int64_t rows = x.shape[0], cols = x.shape[1];
       const int32_t t = x.dtype;
       Forward a{t, rows, cols, x.data,
@@ -281,10 +276,7 @@ int run(const opf_call* call, char* err, size_t len) {
       if (rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
     } else if (entry == "backward") {
       expect_nargs(c, 8);
-      const opf_tensor& dy = c->args[0];
-      if (dy.ndim != 2 || !is_float_dtype(dy.dtype))
-        failf("backward: argument 0 (dy) must be a 2-D f32/f16/bf16 tensor [rows, cols]");
-      expect_dims(c, 0, "dy");
+      const opf_tensor& dy = expect_lead(c, 0, "dy", 2, "[rows, cols]");
       const int64_t rows = dy.shape[0], cols = dy.shape[1];
       const int32_t t = dy.dtype;
       Backward a{t, rows, cols, dy.data,

@@ -175,8 +175,6 @@ using namespace opf::cpu;
 // The Highway target dispatch picks on this CPU (JIT builds: the host target).
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
-bool is_float_dtype(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
-
 int run(const opf_call* call, char* err, size_t len) {
   return opf::module::guarded(call, err, len, [](const opf_call* c) {
     const std::string_view entry = c->entry ? c->entry : "";
@@ -184,10 +182,7 @@ int run(const opf_call* call, char* err, size_t len) {
     const float scale = float(c->params[0]);
     if (entry == "forward") {
       expect_nargs(c, 3);
-      const opf_tensor& x = c->args[0];
-      if (x.ndim != 4 || !is_float_dtype(x.dtype))
-        failf("forward: argument 0 (x) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
-      expect_dims(c, 0, "x");
+      const opf_tensor& x = expect_lead(c, 0, "x", 4, "[b, np, sq, sk]");
       const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
       Forward a{x.dtype, b, np, sq, sk, x.data,
                 static_cast<const uint8_t*>(expect_arg(c, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
@@ -195,10 +190,7 @@ int run(const opf_call* call, char* err, size_t len) {
       if (sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
     } else if (entry == "backward") {
       expect_nargs(c, 2);
-      const opf_tensor& dy = c->args[0];
-      if (dy.ndim != 4 || !is_float_dtype(dy.dtype))
-        failf("backward: argument 0 (dy) must be a 4-D f32/f16/bf16 tensor [b, np, sq, sk]");
-      expect_dims(c, 0, "dy");
+      const opf_tensor& dy = expect_lead(c, 0, "dy", 4, "[b, np, sq, sk]");
       const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
       Backward a{dy.dtype, b * np * sq, sk, dy.data,
                  expect_arg(c, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
