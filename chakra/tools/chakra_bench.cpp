@@ -95,18 +95,19 @@ struct Meter {
   }
 };
 
-void BM_Link(benchmark::State& state) {
+// Links `host_trace` replicated state.range(0) times with its synthetic Kineto trace.
+void bench_link(benchmark::State& state, const std::string& host_trace, const std::string& label) {
   const int64_t times = state.range(0);
   if (!fs::is_directory(shared_traces())) {
     state.SkipWithError("../shared/traces not present");
     return;
   }
-  const std::string host = scaled(shared_traces() + "/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", "c102", times);
+  const std::string host = scaled(shared_traces() + "/" + host_trace, label, times);
   const std::string kineto = synth(host);
   LinkOptions o;
   o.host_path = host;
   o.kineto_path = kineto;
-  o.output_path = (bench_dir() / ("linked_c102_x" + std::to_string(times) + ".json")).string();
+  o.output_path = (bench_dir() / ("linked_" + label + "_x" + std::to_string(times) + ".json")).string();
   LinkStats st;
   Meter m;
   for (auto _ : state) m.run([&] { st = link_traces(o); });
@@ -116,26 +117,13 @@ void BM_Link(benchmark::State& state) {
   state.counters["gpu_nodes"] = double(st.gpu_nodes_emitted);
 }
 
+void BM_Link(benchmark::State& state) {
+  bench_link(state, "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", "c102");
+}
+
 // Two threads (forward + autograd) and NCCL broadcast/all_reduce: resnet_et xN (reference: 97 s at x10).
 void BM_LinkResnet(benchmark::State& state) {
-  const int64_t times = state.range(0);
-  if (!fs::is_directory(shared_traces())) {
-    state.SkipWithError("../shared/traces not present");
-    return;
-  }
-  const std::string host = scaled(shared_traces() + "/facebookresearch-param/resnet_et.json.gz", "resnet", times);
-  const std::string kineto = synth(host);
-  LinkOptions o;
-  o.host_path = host;
-  o.kineto_path = kineto;
-  o.output_path = (bench_dir() / ("linked_resnet_x" + std::to_string(times) + ".json")).string();
-  LinkStats st;
-  Meter m;
-  for (auto _ : state) m.run([&] { st = link_traces(o); });
-  fs::remove(o.output_path);
-  m.report(state, st.kineto_cpu_ops);
-  state.counters["host_nodes"] = double(st.host_nodes);
-  state.counters["gpu_nodes"] = double(st.gpu_nodes_emitted);
+  bench_link(state, "facebookresearch-param/resnet_et.json.gz", "resnet");
 }
 
 void BM_Convert(benchmark::State& state) {
