@@ -30,8 +30,12 @@ void print_plan(const Plan& p) {
     std::string axes;
     for (const auto& a : p.axes) {
       std::string vals;
-      for (const auto& l : a.literals) vals += (vals.empty() ? "" : "|") + display_literal(l);
-      axes += (axes.empty() ? "" : "  ") + a.option + "(" + vals + ")";
+      for (const auto& l : a.literals) {
+        if (!vals.empty()) vals += '|';
+        vals += display_literal(l);
+      }
+      if (!axes.empty()) axes += "  ";
+      axes += a.option + "(" + vals + ")";
     }
     std::printf("axes  %s\n", axes.c_str());
     int pw = 0;

@@ -57,7 +57,7 @@ void check(simdjson::error_code e, const char* what) {
 
 // Integer JSON value (exact; rejects floats and integers beyond int64).
 int64_t get_int(od::value v, const char* what) {
-  od::json_type t;
+  od::json_type t{};
   check(v.type().get(t), what);
   if (t != od::json_type::number) problem(std::string(what) + " must be an integer");
   od::number_type nt;
@@ -67,25 +67,25 @@ int64_t get_int(od::value v, const char* what) {
   check(e, what);
   if (nt == od::number_type::floating_point_number) problem(std::string(what) + " must be an integer, got " + std::string(v.raw_json_token()));
   if (nt == od::number_type::unsigned_integer) {
-    uint64_t u;
+    uint64_t u = 0;
     bool fits_u64 = !v.get_uint64().get(u);
     problem(std::string(what) + (fits_u64 ? " does not fit in int64: " : " is an integer beyond 64 bits: ") +
             std::string(v.raw_json_token()));
   }
-  int64_t x;
+  int64_t x = 0;
   check(v.get_int64().get(x), what);
   return x;
 }
 
 bool is_null(od::value v) {
-  od::json_type t;
+  od::json_type t{};
   if (v.type().get(t)) return false;
   return t == od::json_type::null && v.is_null();
 }
 
 std::string_view get_str(od::value v, const char* what) {
   std::string_view s;
-  od::json_type t;
+  od::json_type t{};
   check(v.type().get(t), what);
   if (t != od::json_type::string) problem(std::string(what) + " must be a string");
   check(v.get_string().get(s), what);
@@ -125,7 +125,7 @@ void render_probe(od::array arr, std::string& out, TupleProbe& tp, ElemSize* lis
     check(item.get(iv), "inputs.values");
     if (!first) out += ", ";
     first = false;
-    od::json_type t;
+    od::json_type t{};
     check(iv.type().get(t), "inputs.values");
     if (list && t == od::json_type::array) {
       TupleProbe inner;
@@ -148,7 +148,7 @@ void render_probe(od::array arr, std::string& out, TupleProbe& tp, ElemSize* lis
 
 // inputs.values: rendered as str() and probed per top-level element for tensor sizes.
 void render_values(od::value v, std::string& out, std::vector<ElemSize>& sizes, bool& is_list) {
-  od::json_type t;
+  od::json_type t{};
   check(v.type().get(t), "inputs.values");
   sizes.clear();
   if (t != od::json_type::array) {
@@ -167,7 +167,7 @@ void render_values(od::value v, std::string& out, std::vector<ElemSize>& sizes, 
     if (!first) out += ", ";
     first = false;
     ElemSize es;
-    od::json_type et;
+    od::json_type et{};
     check(ev.type().get(et), "inputs.values");
     if (et == od::json_type::array) {
       od::array a;
@@ -204,11 +204,14 @@ struct NodeReader {
   std::vector<std::pair<size_t, size_t>> types;        // (offset, length) into types_text
   bool values_is_list = false, has_types = false;
 
+  NodeReader(const std::string& path_, StringPool& pool_, std::vector<HostNode>& out_, bool flat_)
+      : path(path_), pool(pool_), out(out_), flat(flat_) {}
+
   PStr keep(const std::string& s, bool intern) { return intern ? pool.intern_p(s) : pool.add_p(s); }
 
   void read_io(od::value v, bool input) {
     od::object obj;
-    od::json_type t;
+    od::json_type t{};
     check(v.type().get(t), input ? "inputs" : "outputs");
     if (t != od::json_type::object) problem(std::string(input ? "inputs" : "outputs") + " must be an object");
     check(v.get_object().get(obj), "inputs");
@@ -245,7 +248,7 @@ struct NodeReader {
     types.clear();
     types_text.clear();
     has_types = true;
-    od::json_type t;
+    od::json_type t{};
     check(v.type().get(t), "inputs.types");
     if (t != od::json_type::array) {
       check(py_repr_json(v, s_types, true), "inputs.types");
@@ -260,7 +263,7 @@ struct NodeReader {
       check(el.get(ev), "inputs.types");
       if (!first) s_types += ", ";
       first = false;
-      od::json_type et;
+      od::json_type et{};
       check(ev.type().get(et), "inputs.types");
       if (et == od::json_type::string) {
         std::string_view s;
@@ -378,10 +381,10 @@ struct NodeReader {
         } else if (!flat && k == "attrs") {
           read_attrs(n, v, pg_attr, pg_attr_set);
         } else if (k == "exclusive_dur") {
-          od::json_type t;
+          od::json_type t{};
           check(v.type().get(t), "exclusive_dur");
           if (t == od::json_type::null) continue;
-          double d;
+          double d = 0;
           if (t != od::json_type::number) problem("exclusive_dur must be a number");
           check(v.get_double().get(d), "exclusive_dur");
           if (d < 0 && std::trunc(d) != 0) n.duration_negative = true;
@@ -541,7 +544,7 @@ class BatchParser {
 
   void work(StringPool& pool) {
     std::vector<HostNode> sink;
-    NodeReader reader{tr_.path, pool, sink, flat_, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, false, false};
+    NodeReader reader{tr_.path, pool, sink, flat_};
     for (;;) {
       Batch* b;
       {

@@ -116,10 +116,14 @@ void scalar(const Message& m, const Reflection* r, const FieldDescriptor* f, int
       out += std::to_string(rep ? r->GetRepeatedUInt32(m, f, idx) : r->GetUInt32(m, f));
       break;
     case FieldDescriptor::CPPTYPE_INT64:
-      out += "\"" + std::to_string(rep ? r->GetRepeatedInt64(m, f, idx) : r->GetInt64(m, f)) + "\"";
+      out += '"';
+      out += std::to_string(rep ? r->GetRepeatedInt64(m, f, idx) : r->GetInt64(m, f));
+      out += '"';
       break;
     case FieldDescriptor::CPPTYPE_UINT64:
-      out += "\"" + std::to_string(rep ? r->GetRepeatedUInt64(m, f, idx) : r->GetUInt64(m, f)) + "\"";
+      out += '"';
+      out += std::to_string(rep ? r->GetRepeatedUInt64(m, f, idx) : r->GetUInt64(m, f));
+      out += '"';
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
       py_float_json(rep ? r->GetRepeatedDouble(m, f, idx) : r->GetDouble(m, f), out);

@@ -249,7 +249,10 @@ TEST(Merge, BundlesBecomeOneRun) {
 TEST(Emit, GithubChunksAt256AndSlurmArray) {
   Plan p;
   p.matrix_path = "matrices/big.toml";
-  for (int i = 0; i < 600; ++i) p.cells.push_back({"id" + std::to_string(i), "c" + std::to_string(i), "pairwise", {}});
+  for (int i = 0; i < 600; ++i) {
+    const std::string n = std::to_string(i);
+    p.cells.push_back({"id" + n, "c" + n, "pairwise", {}});
+  }
   auto gh = emit_github(p, "matrices/big.toml");
   const auto& chunks = gh.get("chunks").as_array();
   ASSERT_EQ(chunks.size(), 3u);

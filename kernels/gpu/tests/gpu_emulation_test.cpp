@@ -284,7 +284,10 @@ void register_cases() {
         for (const auto& entry : op.entries)
           for (const auto& shape : op.cases) {
             std::string sname;
-            for (auto d : shape) sname += (sname.empty() ? "" : "x") + std::to_string(d);
+            for (auto d : shape) {
+              if (!sname.empty()) sname += 'x';
+              sname += std::to_string(d);
+            }
             Case c{&op, warp, *dtype_from_name(dname), entry, shape,
                    op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry + "/" + sname};
             const std::string name = c.name;
