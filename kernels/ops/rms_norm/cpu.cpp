@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -185,27 +186,16 @@ void BackwardT(const Backward& a) {
   for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(tdg[k]));
 }
 
-void RunForward(const Forward& a) {
-  opf::cpu::with_storage(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
-}
-void RunBackward(const Backward& a) {
-  opf::cpu::with_storage(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });
-}
-const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+OPF_CPU_TARGET_ENTRIES()
 
 }  // namespace opf::rms_norm_cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace opf::rms_norm_cpu {
-HWY_EXPORT(RunForward);
-HWY_EXPORT(RunBackward);
-HWY_EXPORT(TargetName);
+OPF_CPU_EXPORT_ENTRIES()
 
 using namespace opf::cpu;
-
-// The Highway target dispatch picks on this CPU (JIT builds: the host target).
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 int run(const opf_call* call, char* err, size_t len) {
   return opf::module::guarded(call, err, len, [](const opf_call* c) {
