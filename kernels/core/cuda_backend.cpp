@@ -15,7 +15,7 @@
 
 #include "core/backend.h"
 #include "core/cuda_jit.h"
-#include "core/gpu_module.h"
+#include "core/gpu_backend.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 
@@ -149,24 +149,30 @@ Context& context() {
   return c;
 }
 
-void require_device() {
-  if (!probe().avail.ok) throw Error("cuda: " + probe().avail.reason);
-}
-
-void check(CUresult rc, const char* what) {
-  if (rc != CUDA_SUCCESS) throw Error(std::string("cuda: ") + what + " failed: " + driver().error(rc));
-}
-
-// gpu_module.h's driver adapter.
+// gpu_module.h / gpu_backend.h's driver adapter.
 struct CudaApi {
   using Module = CUmodule;
   using Function = CUfunction;
+  static constexpr const char* name = "cuda";
+  static constexpr const char* prebuilt_suffix = "_cuda.fatbin";
+  static constexpr const char* artefact = "module.cubin";
+
   std::string error(int rc) const { return driver().error(rc); }
-  int get_function(Function* f, Module m, const char* name) { return driver().cuModuleGetFunction(f, m, name); }
-  int read_global(void* dst, size_t bytes, Module m, const char* name) {
+  Availability availability() const { return probe().avail; }
+  std::string arch() const { return probe().arch; }
+  std::string device_name() const { return probe().name; }
+  int make_current() { return context().make_current(); }
+
+  int load(Module* m, const std::string& path) {
+    const std::string image = read_binary_file(path);
+    return driver().cuModuleLoadData(m, image.data());
+  }
+  int unload(Module m) { return driver().cuModuleUnload(m); }
+  int get_function(Function* f, Module m, const char* fn) { return driver().cuModuleGetFunction(f, m, fn); }
+  int read_global(void* dst, size_t bytes, Module m, const char* global) {
     CUdeviceptr p = 0;
     size_t size = 0;
-    if (CUresult rc = driver().cuModuleGetGlobal(&p, &size, m, name); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = driver().cuModuleGetGlobal(&p, &size, m, global); rc != CUDA_SUCCESS) return rc;
     if (size != bytes) return -1;
     return driver().cuMemcpyDtoH(dst, p, bytes);
   }
@@ -181,90 +187,20 @@ struct CudaApi {
     return rc;
   }
   int release(void* p) { return driver().cuMemFree(CUdeviceptr(p)); }
+  int to_device(void* dst, const void* src, size_t bytes) { return driver().cuMemcpyHtoD(CUdeviceptr(dst), src, bytes); }
+  int to_host(void* dst, const void* src, size_t bytes) { return driver().cuMemcpyDtoH(dst, CUdeviceptr(src), bytes); }
   int synchronize() { return driver().cuCtxSynchronize(); }
-  int make_current() { return context().make_current(); }
-  int unload(Module m) { return driver().cuModuleUnload(m); }
-};
 
-class CudaDevice final : public Device {
- public:
-  void* alloc(size_t bytes) override {
-    ready();
-    CUdeviceptr p = 0;
-    check(driver().cuMemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
-    return reinterpret_cast<void*>(p);
-  }
-  void free(void* p) override {
-    if (!p) return;
-    ready();
-    check(driver().cuMemFree(CUdeviceptr(p)), "cuMemFree");
-  }
-  void to_device(void* dst, const void* src, size_t bytes) override {
-    ready();
-    check(driver().cuMemcpyHtoD(CUdeviceptr(dst), src, bytes), "cuMemcpyHtoD");
-  }
-  void to_host(void* dst, const void* src, size_t bytes) override {
-    ready();
-    check(driver().cuMemcpyDtoH(dst, CUdeviceptr(src), bytes), "cuMemcpyDtoH");
-  }
-  void synchronize() override {
-    ready();
-    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-  }
-  std::string describe() const override { return probe().name + " (" + probe().arch + ")"; }
-
- private:
-  static void ready() {
-    require_device();
-    check(context().make_current(), "binding the primary context");
-  }
-};
-
-class CudaBackend final : public Backend {
- public:
-  std::string name() const override { return "cuda"; }
-  Availability availability() const override { return probe().avail; }
-
-  std::string prebuilt_path(const OpInfo& op) const override {
-    return build::module_dir() + "/" + op.name + "_cuda.fatbin";
-  }
-
-  std::vector<std::string> jit_identity(const OpInfo&, const JitSource& src) const override {
-    const std::string arch = cuda_jit_arch();
-    std::vector<std::string> id = {"compiler=NVRTC " + nvrtc_version(), "arch=" + arch};
-    for (auto& o : nvrtc_options(src, arch)) id.push_back(o);
+  std::vector<std::string> jit_identity(const JitSource& src) const {
+    const std::string a = cuda_jit_arch();
+    std::vector<std::string> id = {"compiler=NVRTC " + nvrtc_version(), "arch=" + a};
+    for (auto& o : nvrtc_options(src, a)) id.push_back(o);
     return id;
   }
-
-  std::string artefact_name() const override { return "module.cubin"; }
-
-  void compile(const OpInfo& op, const JitSource& src, const std::string& out_path,
-               const std::string& log_path) const override {
-    nvrtc_compile(op.name, src, cuda_jit_arch(), out_path, log_path);
+  void jit_compile(const std::string& op, const JitSource& src, const std::string& out_path,
+                   const std::string& log_path) const {
+    nvrtc_compile(op, src, cuda_jit_arch(), out_path, log_path);
   }
-
-  const opf_module_info* open(const OpInfo& op, const std::string& path) override {
-    require_device();
-    const std::string image = read_binary_file(path);
-    std::lock_guard lock(mu_);
-    check(context().make_current(), "binding the primary context");
-    CUmodule mod = nullptr;
-    if (CUresult rc = driver().cuModuleLoadData(&mod, image.data()); rc != CUDA_SUCCESS)
-      throw Error("cannot load CUDA module " + path + ": " + driver().error(rc));
-    modules_.push_back(std::make_unique<GpuModule<CudaApi>>(api_, mod, op, "cuda", probe().arch, path));
-    return modules_.back()->info();
-  }
-
-  Device& device() override {
-    require_device();
-    return device_;
-  }
-
- private:
-  std::mutex mu_;
-  CudaApi api_;
-  std::vector<std::unique_ptr<GpuModule<CudaApi>>> modules_;  // live as long as the backend
-  CudaDevice device_;
 };
 
 // ------------------------------------------------------------------ NVRTC through dlopen
@@ -391,6 +327,6 @@ void nvrtc_compile(const std::string& op, const JitSource& src, const std::strin
   write_binary_file(out_path, cubin.data(), cubin.size());
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<GpuBackend<CudaApi>>(); }
 
 }  // namespace opf::detail

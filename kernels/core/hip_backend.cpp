@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "core/backend.h"
-#include "core/gpu_module.h"
+#include "core/gpu_backend.h"
 #include "core/hip_jit.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
@@ -127,23 +127,30 @@ const Probe& probe() {
   return p;
 }
 
-void require_device() {
-  if (!probe().avail.ok) throw Error("hip: " + probe().avail.reason);
-}
-
-void check(hipError_t rc, const char* what) {
-  if (rc != hipSuccess) throw Error(std::string("hip: ") + what + " failed: " + runtime().error(rc));
-}
-
+// gpu_module.h / gpu_backend.h's runtime adapter.
 struct HipApi {
   using Module = hipModule_t;
   using Function = hipFunction_t;
+  static constexpr const char* name = "hip";
+  static constexpr const char* prebuilt_suffix = "_hip.hsaco";
+  static constexpr const char* artefact = "module.hsaco";
+
   std::string error(int rc) const { return runtime().error(rc); }
-  int get_function(Function* f, Module m, const char* name) { return runtime().hipModuleGetFunction(f, m, name); }
-  int read_global(void* dst, size_t bytes, Module m, const char* name) {
+  Availability availability() const { return probe().avail; }
+  std::string arch() const { return probe().arch; }
+  std::string device_name() const { return probe().name; }
+  int make_current() { return runtime().hipSetDevice(0); }
+
+  int load(Module* m, const std::string& path) {
+    const std::string image = read_binary_file(path);
+    return runtime().hipModuleLoadData(m, image.data());
+  }
+  int unload(Module m) { return runtime().hipModuleUnload(m); }
+  int get_function(Function* f, Module m, const char* fn) { return runtime().hipModuleGetFunction(f, m, fn); }
+  int read_global(void* dst, size_t bytes, Module m, const char* global) {
     hipDeviceptr_t p = nullptr;
     size_t size = 0;
-    if (hipError_t rc = runtime().hipModuleGetGlobal(&p, &size, m, name); rc != hipSuccess) return rc;
+    if (hipError_t rc = runtime().hipModuleGetGlobal(&p, &size, m, global); rc != hipSuccess) return rc;
     if (size != bytes) return -1;
     return runtime().hipMemcpyDtoH(dst, p, bytes);
   }
@@ -155,90 +162,24 @@ struct HipApi {
   }
   int alloc(void** p, size_t bytes) { return runtime().hipMalloc(p, bytes); }
   int release(void* p) { return runtime().hipFree(p); }
+  int to_device(void* dst, const void* src, size_t bytes) {
+    return runtime().hipMemcpyHtoD(dst, const_cast<void*>(src), bytes);
+  }
+  int to_host(void* dst, const void* src, size_t bytes) {
+    return runtime().hipMemcpyDtoH(dst, const_cast<void*>(src), bytes);
+  }
   int synchronize() { return runtime().hipDeviceSynchronize(); }
-  int make_current() { return runtime().hipSetDevice(0); }
-  int unload(Module m) { return runtime().hipModuleUnload(m); }
-};
 
-class HipDevice final : public Device {
- public:
-  void* alloc(size_t bytes) override {
-    ready();
-    void* p = nullptr;
-    check(runtime().hipMalloc(&p, bytes ? bytes : 1), "hipMalloc");
-    return p;
-  }
-  void free(void* p) override {
-    if (!p) return;
-    ready();
-    check(runtime().hipFree(p), "hipFree");
-  }
-  void to_device(void* dst, const void* src, size_t bytes) override {
-    ready();
-    check(runtime().hipMemcpyHtoD(dst, const_cast<void*>(src), bytes), "hipMemcpyHtoD");
-  }
-  void to_host(void* dst, const void* src, size_t bytes) override {
-    ready();
-    check(runtime().hipMemcpyDtoH(dst, const_cast<void*>(src), bytes), "hipMemcpyDtoH");
-  }
-  void synchronize() override {
-    ready();
-    check(runtime().hipDeviceSynchronize(), "hipDeviceSynchronize");
-  }
-  std::string describe() const override { return probe().name + " (" + probe().arch + ")"; }
-
- private:
-  static void ready() {
-    require_device();
-    check(runtime().hipSetDevice(0), "hipSetDevice");
-  }
-};
-
-class HipBackend final : public Backend {
- public:
-  std::string name() const override { return "hip"; }
-  Availability availability() const override { return probe().avail; }
-
-  std::string prebuilt_path(const OpInfo& op) const override {
-    return build::module_dir() + "/" + op.name + "_hip.hsaco";
-  }
-
-  std::vector<std::string> jit_identity(const OpInfo&, const JitSource& src) const override {
-    const std::string arch = hip_jit_arch();
-    std::vector<std::string> id = {"compiler=hiprtc " + hiprtc_version(), "arch=" + arch};
-    for (auto& o : hiprtc_options(src, arch)) id.push_back(o);
+  std::vector<std::string> jit_identity(const JitSource& src) const {
+    const std::string a = hip_jit_arch();
+    std::vector<std::string> id = {"compiler=hiprtc " + hiprtc_version(), "arch=" + a};
+    for (auto& o : hiprtc_options(src, a)) id.push_back(o);
     return id;
   }
-
-  std::string artefact_name() const override { return "module.hsaco"; }
-
-  void compile(const OpInfo& op, const JitSource& src, const std::string& out_path,
-               const std::string& log_path) const override {
-    hiprtc_compile(op.name, src, hip_jit_arch(), out_path, log_path);
+  void jit_compile(const std::string& op, const JitSource& src, const std::string& out_path,
+                   const std::string& log_path) const {
+    hiprtc_compile(op, src, hip_jit_arch(), out_path, log_path);
   }
-
-  const opf_module_info* open(const OpInfo& op, const std::string& path) override {
-    require_device();
-    const std::string image = read_binary_file(path);
-    std::lock_guard lock(mu_);
-    check(runtime().hipSetDevice(0), "hipSetDevice");
-    hipModule_t mod = nullptr;
-    if (hipError_t rc = runtime().hipModuleLoadData(&mod, image.data()); rc != hipSuccess)
-      throw Error("cannot load HIP module " + path + ": " + runtime().error(rc));
-    modules_.push_back(std::make_unique<GpuModule<HipApi>>(api_, mod, op, "hip", probe().arch, path));
-    return modules_.back()->info();
-  }
-
-  Device& device() override {
-    require_device();
-    return device_;
-  }
-
- private:
-  std::mutex mu_;
-  HipApi api_;
-  std::vector<std::unique_ptr<GpuModule<HipApi>>> modules_;
-  HipDevice device_;
 };
 
 }  // namespace
@@ -322,6 +263,6 @@ void hiprtc_compile(const std::string& op, const JitSource& src, const std::stri
   write_binary_file(out_path, code.data(), code.size());
 }
 
-std::unique_ptr<Backend> make_hip_backend() { return std::make_unique<HipBackend>(); }
+std::unique_ptr<Backend> make_hip_backend() { return std::make_unique<GpuBackend<HipApi>>(); }
 
 }  // namespace opf::detail

@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/gpu_module.h"
+#include "core/gpu_backend.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/manifest.h"
@@ -27,28 +27,53 @@ namespace opf {
 namespace {
 
 // ------------------------------------------------------------------ the emulated "driver"
+// An adapter like cuda_backend.cpp's, over dlopen()ed host builds of kernel.cu: the tests below
+// go through the same GpuBackend (module loading), GpuDevice (memory) and GpuModule (plans,
+// argument checks, launches) as a real device.
 using EmuKernel = void (*)(opf_gpu_args);
 using EmuLaunch = int (*)(EmuKernel, const opf_gpu_args*, unsigned, unsigned, unsigned);
 
+struct EmuFunction {
+  EmuKernel kernel = nullptr;
+  EmuLaunch launcher = nullptr;  // the launcher of the module the kernel came from (warp size)
+};
+
 struct EmuApi {
   using Module = void*;
-  using Function = EmuKernel;
-  EmuLaunch launch_fn = nullptr;
+  using Function = EmuFunction;
+  static constexpr const char* name = "emu";
+  static constexpr const char* prebuilt_suffix = ".so";
+  static constexpr const char* artefact = "module.so";
+  std::string load_error;
 
   std::string error(int rc) const {
     switch (rc) {
       case 1: return "symbol not found";
       case 2: return "dynamic shared memory is not emulated";
       case 3: return "barrier reached by only part of a block (see stderr)";
+      case 4: return "out of host memory";
+      case 5: return load_error;
     }
     return "emulation error " + std::to_string(rc);
   }
-  int get_function(Function* f, Module m, const char* name) {
-    *f = reinterpret_cast<Function>(::dlsym(m, name));
-    return *f ? 0 : 1;
+  Availability availability() const { return {true, "host emulation"}; }
+  std::string arch() const { return "emulated"; }
+  std::string device_name() const { return "host emulation"; }
+  int make_current() { return 0; }
+
+  int load(Module* m, const std::string& path) {
+    *m = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!*m) load_error = ::dlerror();
+    return *m ? 0 : 5;
   }
-  int read_global(void* dst, size_t bytes, Module m, const char* name) {
-    void* p = ::dlsym(m, name);
+  int unload(Module m) { return ::dlclose(m); }
+  int get_function(Function* f, Module m, const char* fn) {
+    f->kernel = reinterpret_cast<EmuKernel>(::dlsym(m, fn));
+    f->launcher = reinterpret_cast<EmuLaunch>(::dlsym(m, "opf_emu_launch"));
+    return f->kernel && f->launcher ? 0 : 1;
+  }
+  int read_global(void* dst, size_t bytes, Module m, const char* global) {
+    void* p = ::dlsym(m, global);
     if (!p) return 1;
     Dl_info info;
     void* extra = nullptr;
@@ -59,44 +84,61 @@ struct EmuApi {
   }
   int launch(Function f, unsigned gx, unsigned gy, unsigned block, unsigned shared, void*, opf_gpu_args* a) {
     if (shared) return 2;
-    return launch_fn(f, a, gx, gy, block) == 0 ? 0 : 3;
+    return f.launcher(f.kernel, a, gx, gy, block) == 0 ? 0 : 3;
   }
   int alloc(void** p, size_t bytes) {
     *p = std::malloc(bytes);
-    if (*p) std::memset(*p, 0xff, bytes);  // workspace is uninitialised on a device too
+    if (*p) std::memset(*p, 0xff, bytes);  // uninitialised on a device too
     return *p ? 0 : 4;
   }
   int release(void* p) {
     std::free(p);
     return 0;
   }
+  int to_device(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  }
+  int to_host(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  }
   int synchronize() { return 0; }
-  int make_current() { return 0; }
-  int unload(Module m) { return ::dlclose(m); }
+  std::vector<std::string> jit_identity(const detail::JitSource&) const { throw Error("emu: no JIT"); }
+  void jit_compile(const std::string&, const detail::JitSource&, const std::string&, const std::string&) const {
+    throw Error("emu: no JIT");
+  }
 };
 
-struct EmuModule {
-  EmuApi api;
-  std::unique_ptr<detail::GpuModule<EmuApi>> module;
-};
+detail::GpuBackend<EmuApi>& emu_backend() {
+  static detail::GpuBackend<EmuApi> b;
+  return b;
+}
 
-// One emulated code object per (op, warp size), loaded once.
+// One emulated code object per (op, warp size), opened once.
 const opf_module_info* emu_module(const OpInfo& op, int warp) {
-  static std::map<std::string, std::unique_ptr<EmuModule>> loaded;
+  static std::map<std::string, const opf_module_info*> loaded;
   const char* dir = std::getenv("OPF_EMU_DIR");
   const std::string path = std::string(dir ? dir : ".") + "/emu_" + op.name + "_w" + std::to_string(warp) + ".so";
   auto& slot = loaded[path];
-  if (!slot) {
-    void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) throw Error("cannot load emulated module " + path + ": " + ::dlerror());
-    auto m = std::make_unique<EmuModule>();
-    m->api.launch_fn = reinterpret_cast<EmuLaunch>(::dlsym(h, "opf_emu_launch"));
-    if (!m->api.launch_fn) throw Error(path + " has no opf_emu_launch");
-    m->module = std::make_unique<detail::GpuModule<EmuApi>>(m->api, h, op, "emu", "w" + std::to_string(warp), path);
-    slot = std::move(m);
-  }
-  return slot->module->info();
+  if (!slot) slot = emu_backend().open(op, path);
+  return slot;
 }
+
+// Buffers in the backend's device memory, freed on every exit path of a test.
+struct DeviceBuffers {
+  Device& dev;
+  std::vector<void*> ptr;
+  explicit DeviceBuffers(Device& d) : dev(d) {}
+  ~DeviceBuffers() {
+    for (void* p : ptr) dev.free(p);
+  }
+  void* upload(const std::vector<unsigned char>& host) {
+    ptr.push_back(dev.alloc(host.size()));
+    dev.to_device(ptr.back(), host.data(), host.size());
+    return ptr.back();
+  }
+};
 
 // ------------------------------------------------------------------ storage conversions
 double decode(DType t, const unsigned char* p) {
@@ -194,9 +236,14 @@ void run_case(const Case& c) {
 
   const opf_module_info* m = nullptr;
   ASSERT_NO_THROW(m = emu_module(*c.op, c.warp));
+  Device& dev = emu_backend().device();
+  DeviceBuffers on_device(dev);
+  for (size_t i = 0; i < n; ++i) tensors[i].data = on_device.upload(buf[i]);  // poison and guard too
   opf_call call{c.entry.c_str(), tensors.data(), int32_t(n), pvals.data(), int32_t(pvals.size()), nullptr};
   char err[512] = {};
   ASSERT_EQ(m->run(m, &call, err, sizeof err), 0) << err;
+  dev.synchronize();
+  for (size_t i = 0; i < n; ++i) dev.to_host(buf[i].data(), on_device.ptr[i], buf[i].size());
 
   for (size_t i = 0; i < n; ++i) {
     const ArgDesc& a = desc.args[i];
