@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
+#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -123,6 +125,7 @@ class Converter {
   uint32_t find(int64_t id) const { return id < 0 ? kNone : index_.find(uint64_t(id)); }
   void convert_node(uint32_t i);
   void encode_deps();
+  void add_sync_deps();
   void write(const std::vector<uint32_t>& final_order);
   void encode_node(const Out& o, std::string& buf) const;
 
@@ -138,6 +141,7 @@ class Converter {
   std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;   // GPU children in JSON order
   std::vector<uint32_t> out_pos_;                        // host index -> position in outs_ (kNone)
   std::vector<Out> outs_;                                // output map, insertion order
+  std::vector<std::pair<uint32_t, uint32_t>> sync_candidates_;   // (waiting, target) output positions
   std::vector<EtNode> graph_;                            // written nodes, map order (validator, simulator)
 };
 
@@ -205,6 +209,65 @@ void Converter::convert_node(uint32_t i) {
   outs_.push_back(std::move(o));
 }
 
+// Default mode: the sync deps that passed the time test become data deps unless one would close
+// a cycle (host ids and Kineto times can disagree, e.g. across threads: the reference's issue
+// #134). All accepted edges follow one topological order of the graph without them — Kahn's
+// algorithm taking the earliest-starting ready node first, so that time order decides where the
+// graph leaves a choice — which keeps the result acyclic however many are added.
+void Converter::add_sync_deps() {
+  if (sync_candidates_.empty()) return;
+  const uint32_t n = uint32_t(outs_.size());
+  std::vector<uint32_t> pending(n, 0), child_begin(n + 1, 0), child_list;
+  auto dep_pos = [&](uint64_t id) {
+    const uint32_t h = id > uint64_t(INT64_MAX) ? kNone : find(int64_t(id));
+    return h == kNone ? kNone : out_pos_[h];
+  };
+  for (uint32_t o = 0; o < n; ++o)
+    for (uint64_t id : outs_[o].data_deps)
+      if (uint32_t p = dep_pos(id); p != kNone) ++pending[o], ++child_begin[p + 1];
+  for (uint32_t o = 0; o < n; ++o) child_begin[o + 1] += child_begin[o];
+  child_list.resize(child_begin[n]);
+  {
+    std::vector<uint32_t> fill(child_begin.begin(), child_begin.end() - 1);
+    for (uint32_t o = 0; o < n; ++o)
+      for (uint64_t id : outs_[o].data_deps)
+        if (uint32_t p = dep_pos(id); p != kNone) child_list[fill[p]++] = o;
+  }
+  auto start = [&](uint32_t o) {
+    const HostNode& h = tr_.nodes[outs_[o].src];
+    return h.has_ts ? h.ts : -std::numeric_limits<double>::infinity();
+  };
+  using Ready = std::pair<double, uint32_t>;   // (start, output position): earliest first
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;
+  for (uint32_t o = 0; o < n; ++o)
+    if (pending[o] == 0) ready.push({start(o), o});
+  std::vector<uint32_t> rank(n, kNone);
+  uint32_t next = 0;
+  while (!ready.empty()) {
+    const uint32_t o = ready.top().second;
+    ready.pop();
+    rank[o] = next++;
+    for (uint32_t k = child_begin[o]; k < child_begin[o + 1]; ++k)
+      if (--pending[child_list[k]] == 0) ready.push({start(child_list[k]), child_list[k]});
+  }
+  if (next < n) return;   // already cyclic: the validator reports that cycle
+  for (const auto& [waiter, target] : sync_candidates_) {
+    if (rank[target] > rank[waiter]) {
+      ++stats_.sync_deps_cyclic;
+      continue;
+    }
+    Out& o = outs_[waiter];
+    const int64_t id = tr_.nodes[outs_[target].src].id;
+    if (std::find(o.data_deps.begin(), o.data_deps.end(), uint64_t(id)) != o.data_deps.end()) continue;
+    o.data_deps.push_back(uint64_t(id));
+    ++stats_.sync_deps;
+    if (log_.enabled())
+      log_.debug("Node ID " + std::to_string(tr_.nodes[o.src].id) + " now has an synchonization dependency on Node ID " +
+                 std::to_string(id));   // [sic]: the reference's text
+  }
+  std::vector<std::pair<uint32_t, uint32_t>>().swap(sync_candidates_);
+}
+
 void Converter::encode_deps() {
   std::vector<uint32_t> epoch(tr_.nodes.size(), 0);
   std::vector<uint32_t> stack;
@@ -248,8 +311,18 @@ void Converter::encode_deps() {
         }
         last_cpu = last_any = i;
       }
-      // sync_dep: the reference only adds one whose start_time_micros is earlier, which is never
-      // set, so none is ever added (both modes keep that: see README).
+      // sync_dep (§3.5 step 4): the reference adds one only if the dependency's start_time_micros
+      // is earlier, but never sets start times, so it adds none. The default mode applies the
+      // intended test to the linked `ts`; a dependency that starts later would be a false
+      // positive (and could close a cycle).
+      // They are added after the walk (add_sync_deps), once the rest of the graph is known.
+      if (!opt_.compat_reference)
+        for (int64_t s : n.sync_deps) {
+          const uint32_t d = find(s);
+          if (d == kNone || out_pos_[d] == kNone) ++stats_.sync_deps_missing;
+          else if (!(n.has_ts && tr_.nodes[d].has_ts && tr_.nodes[d].ts < n.ts)) ++stats_.sync_deps_not_earlier;
+          else sync_candidates_.push_back({out_pos_[i], out_pos_[d]});
+        }
       for (uint32_t k = child_begin_[i]; k < child_begin_[i + 1]; ++k) {
         uint32_t c = child_list_[k];
         if (out_pos_[c] != kNone && epoch[c] != cur_epoch) stack.push_back(c);
@@ -525,7 +598,14 @@ ConvertStats Converter::run() {
   }
   timer.mark("structure");
   encode_deps();
+  add_sync_deps();
   timer.mark("deps");
+  if (const size_t skipped = stats_.sync_deps_missing + stats_.sync_deps_not_earlier + stats_.sync_deps_cyclic)
+    warn(in_ + ": " + std::to_string(skipped) + " of " + std::to_string(skipped + stats_.sync_deps) +
+         " sync_dep entries not turned into data deps (" + std::to_string(stats_.sync_deps_missing) +
+         " name no written node, " + std::to_string(stats_.sync_deps_not_earlier) +
+         " do not start before the waiting node, " + std::to_string(stats_.sync_deps_cyclic) +
+         " would close a cycle)");
   // the JSON tree is no longer needed: give its memory back before the graph view is built
   for (auto* v : {&child_begin_, &child_list_, &gpu_child_begin_, &gpu_child_list_}) std::vector<uint32_t>().swap(*v);
   std::vector<JType>().swap(jtype_);

@@ -33,6 +33,9 @@ struct ConvertOptions {
 
 struct ConvertStats {
   size_t json_nodes = 0, written_nodes = 0, removed_dangling = 0, warnings = 0;
+  // default mode: sync_dep entries turned into data deps, and those left out (no written node
+  // with that id / the dependency does not start before the node / it would close a cycle)
+  size_t sync_deps = 0, sync_deps_missing = 0, sync_deps_not_earlier = 0, sync_deps_cyclic = 0;
 };
 
 ConvertStats convert(const std::string& in_path, const std::string& out_path, const ConvertOptions& opt);

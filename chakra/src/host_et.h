@@ -42,11 +42,13 @@ struct HostNode {
   int64_t attr[kIntAttrCount] = {};
   PStr name, op_schema, pg_name;
   PStr in_values, in_shapes, in_types, out_values, out_shapes, out_types;
-  // sync_dep is parsed (validated) but not kept: the reference never turns it into an edge (§3.5)
+  double ts = 0;                   // linked traces: Kineto start, µs (has_ts)
+  std::vector<int64_t> sync_deps;  // linked traces: ids this node waits for (default mode: edges)
   uint64_t offset = 0;             // byte offset of the node's JSON object (for messages)
   uint32_t attr_present = 0;       // bit per IntAttr, bit 6 = op_schema
   bool has_parent = false;
   bool has_inter_thread_dep = false;
+  bool has_ts = false;
   bool stream_null = false;        // JSON "stream": null => no stream attribute
   bool is_gpu = false;             // has a non-null "cat" (only the linker adds it)
   bool comm_size_ok = true;        // false: the inputs do not have the tensor layout comm_size needs

@@ -400,8 +400,13 @@ struct NodeReader {
           for (auto x : arr) {
             od::value xv;
             check(x.get(xv), "sync_dep");
-            (void)get_int(xv, "sync_dep element");
+            n.sync_deps.push_back(get_int(xv, "sync_dep element"));
           }
+        } else if (k == "ts") {
+          // only the default mode's sync-dep ordering reads it; anything but a number is "absent"
+          double t = 0;
+          n.has_ts = !v.get_double().get(t) && std::isfinite(t);
+          n.ts = t;
         } else if (k == "cat") {
           n.is_gpu = !is_null(v);
         } else if (k == "stream") {

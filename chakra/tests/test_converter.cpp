@@ -223,6 +223,65 @@ TEST(DefaultMode, CommSizeOfUnusualTensorLayoutWarnsInsteadOfCrashing) {
   EXPECT_EQ(attr(read_nodes(td.file("d.et")).back(), "comm_size")->int64_val(), 0);
 }
 
+// A linked trace where op 5 waited (cudaStreamSynchronize) for kernel 4: the reference drops every
+// sync_dep (its start-time test reads start_time_micros, which it never sets); the default mode
+// keeps those whose target starts before the waiting node, by the linked ts, unless the edge would
+// close a cycle: op 8 waits for kernel 10, whose launcher 9 started earlier (ts) but has a higher
+// id, so the per-thread chain already makes 9 depend on 8.
+std::string sync_trace() {
+  using test::et_node;
+  return test::et_trace(
+      et_node(1, "[pytorch|profiler|execution_trace|process]", "1") + ", " +
+      et_node(2, "[pytorch|profiler|execution_trace|thread]", "1") + ", " +
+      et_node(3, "aten::launch", "2", R"J("ts": 10, "exclusive_dur": 2)J") + ", " +
+      et_node(4, "kernel_a", "3", R"J("cat": "kernel", "stream": 7, "ts": 12.5, "exclusive_dur": 8)J") + ", " +
+      et_node(5, "aten::after_sync", "2", R"J("ts": 30, "exclusive_dur": 1, "sync_dep": [4])J") + ", " +
+      et_node(6, "aten::earlier", "2", R"J("ts": 12.5, "exclusive_dur": 1, "sync_dep": [4])J") + ", " +
+      et_node(7, "aten::no_target", "2", R"J("ts": 40, "exclusive_dur": 1, "sync_dep": [99])J") + ", " +
+      et_node(8, "aten::waits_early", "2", R"J("ts": 50, "exclusive_dur": 1, "sync_dep": [10])J") + ", " +
+      et_node(9, "aten::launch_b", "2", R"J("ts": 45, "exclusive_dur": 1)J") + ", " +
+      et_node(10, "kernel_b", "9", R"J("cat": "kernel", "stream": 7, "ts": 47, "exclusive_dur": 2)J"));
+}
+
+const ChakraProtoMsg::Node& node_by_id(const std::vector<ChakraProtoMsg::Node>& nodes, uint64_t id) {
+  for (const auto& n : nodes)
+    if (n.id() == id) return n;
+  throw std::runtime_error("no node " + std::to_string(id));
+}
+
+bool depends_on(const ChakraProtoMsg::Node& n, uint64_t id) {
+  return std::find(n.data_deps().begin(), n.data_deps().end(), id) != n.data_deps().end();
+}
+
+TEST(DefaultMode, SyncDepsBecomeDataDepsWhenTheTargetStartsEarlier) {
+  TempDir td;
+  test::write_file(td.file("t.json"), sync_trace());
+  std::vector<std::string> warnings;
+  ConvertStats st = convert(td.file("t.json"), td.file("d.et"), quiet(false, &warnings));
+  EXPECT_EQ(st.sync_deps, 1u);
+  EXPECT_EQ(st.sync_deps_not_earlier, 1u);
+  EXPECT_EQ(st.sync_deps_missing, 1u);
+  EXPECT_EQ(st.sync_deps_cyclic, 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("3 of 4 sync_dep entries not turned into data deps (1 name no written node, 1 do not "
+                             "start before the waiting node, 1 would close a cycle)"),
+            std::string::npos)
+      << warnings[0];
+  auto d = read_nodes(td.file("d.et"));
+  EXPECT_TRUE(depends_on(node_by_id(d, 5), 4));
+  EXPECT_FALSE(depends_on(node_by_id(d, 6), 4)) << "same start as the kernel: not earlier";
+  EXPECT_FALSE(depends_on(node_by_id(d, 7), 99));
+  EXPECT_TRUE(depends_on(node_by_id(d, 9), 8)) << "the per-thread chain";
+  EXPECT_FALSE(depends_on(node_by_id(d, 8), 10)) << "8 -> 10 -> 9 -> 8 would be a cycle";
+
+  // compat mode: the reference's behaviour, no sync edges and no warning
+  warnings.clear();
+  st = convert(td.file("t.json"), td.file("c.et"), quiet(true, &warnings));
+  EXPECT_EQ(st.sync_deps + st.sync_deps_missing + st.sync_deps_not_earlier + st.sync_deps_cyclic, 0u);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(depends_on(node_by_id(read_nodes(td.file("c.et")), 5), 4));
+}
+
 TEST(Converter, CommSizeSumsGenericListTensorsAndSkipsOutputs) {
   TempDir td;
   std::string in = R"J({"values": [[[1, 2, 0, 10, 4, "cuda:0"], [3, 4, 0, 6, 2, "cuda:0"]], 5, [7, 8, 0, 3, 8, "cuda:0"]],)J"

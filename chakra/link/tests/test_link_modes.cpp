@@ -78,6 +78,39 @@ TEST(LinkModes, SyncDepLandsOnTheWaitingOpByDefault) {
   EXPECT_TRUE(out.by_name("[pytorch|profiler|execution_trace|thread]")["sync_dep"].error());
 }
 
+// Linked then converted (default modes): the sync dep reaches the converter, which accounts for it.
+// Here it cannot become an edge: the host ET numbers after_sync (ts 100) before the launch of the
+// kernel it waits for, so the per-thread chain already orders after_sync -> launch -> kernel and
+// the edge would close a cycle; the conversion goes on without it instead of failing.
+TEST(LinkModes, ConvertAccountsForTheLinkedSyncDep) {
+  auto dir = test::scratch_dir("modes_convert");
+  // kHost with every attribute the converter requires
+  std::string host = kHost;
+  const std::string tid = R"({"name": "tid", "type": "uint64", "value": 1})";
+  for (size_t at = host.find(tid); at != std::string::npos; at = host.find(tid, at + 1))
+    host.insert(at, R"({"name": "fw_parent", "type": "uint64", "value": 0}, {"name": "seq_id", "type": "int64", "value": -1}, )"
+                    R"({"name": "scope", "type": "uint64", "value": 0}, {"name": "fw_tid", "type": "uint64", "value": 0}, )"
+                    R"({"name": "op_schema", "type": "string", "value": ""}, )"),
+        at = host.find(tid, at);
+  test::write_text(dir / "host.json", host);
+  test::write_text(dir / "kineto.json", kKineto);
+  LinkOptions o;
+  o.host_path = (dir / "host.json").string();
+  o.kineto_path = (dir / "kineto.json").string();
+  o.output_path = (dir / "out.json").string();
+  ASSERT_EQ(link_traces(o).sync_dep_nodes, 1u);
+  ConvertOptions co;
+  std::vector<std::string> warnings;
+  co.warn = [&](const std::string& w) { warnings.push_back(w); };
+  ConvertStats st;
+  ASSERT_NO_THROW(st = convert(o.output_path, (dir / "out.et").string(), co));
+  EXPECT_EQ(st.sync_deps, 0u);
+  EXPECT_EQ(st.sync_deps_cyclic, 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("1 would close a cycle"), std::string::npos) << warnings[0];
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LinkModes, CompatReproducesTheDoubleLookup) {
   Out out;
   link(true, out);
