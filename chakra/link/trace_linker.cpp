@@ -262,10 +262,13 @@ LinkStats link_traces(const LinkOptions& opt) {
       cl[i].key = op.external_id;
     }
   }
-  std::unordered_map<int64_t, uint32_t> by_key;   // last writer in ts order, as the reference
+  // Last writer in ts order, as the reference. Default mode: Record function id 0 means "none"
+  // (ops recorded while the ET observer was off all carry it), so it matches nothing instead of
+  // pairing every host node with rf_id 0 with whichever such op came last.
+  std::unordered_map<int64_t, uint32_t> by_key;
   by_key.reserve(ncpu * 2);
   for (uint32_t i = 0; i < ncpu; ++i)
-    if (cl[i].has_key) by_key[cl[i].key] = i;
+    if (cl[i].has_key && (compat || !use_rf || cl[i].key != 0)) by_key[cl[i].key] = i;
 
   // ---- GPU op -> launch (correlation) -> CPU op (same tid + External id, else same tid) ----
   std::unordered_map<int64_t, uint32_t> launch_by_corr;

@@ -174,6 +174,44 @@ TEST(LinkModes, EqualStartTieAndHipLaunch) {
   }
 }
 
+// Kineto ops recorded while the ET observer was off carry `Record function id: 0`; the reference
+// pairs every host node with rf_id 0 with the last of them (last writer wins, specs §4.1/§8).
+TEST(LinkModes, RecordFunctionIdZeroMatchesNothingByDefault) {
+  const std::string host = std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
+                           node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" +
+                           node(3, "aten::a", "2", 5) + ",\n" + node(4, "aten::b", "2", 0) + ",\n" +
+                           node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) + R"(], "finish_ts": 9})";
+  const std::string kineto = R"({"traceEvents": [
+{"ph": "X", "cat": "cpu_op", "name": "aten::a", "tid": 7, "ts": 10, "dur": 5, "args": {"External id": 1, "Record function id": 5}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::x", "tid": 7, "ts": 20, "dur": 5, "args": {"External id": 2, "Record function id": 0}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::y", "tid": 7, "ts": 30, "dur": 5, "args": {"External id": 3, "Record function id": 0}}
+]})";
+  for (bool compat : {false, true}) {
+    auto dir = test::scratch_dir(compat ? "rf0_compat" : "rf0_default");
+    test::write_text(dir / "host.json", host);
+    test::write_text(dir / "kineto.json", kineto);
+    LinkOptions o;
+    o.host_path = (dir / "host.json").string();
+    o.kineto_path = (dir / "kineto.json").string();
+    o.output_path = (dir / "out.json").string();
+    o.compat_reference = compat;
+    LinkStats st = link_traces(o);
+    Out out;
+    ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
+    EXPECT_EQ(int64_t(out.by_name("aten::a")["ts"]), 10);
+    if (compat) {
+      EXPECT_EQ(st.matched, 4u) << "a, b and both roots";
+      EXPECT_EQ(int64_t(out.by_name("aten::b")["ts"]), 30) << "the last op with rf_id 0";
+      EXPECT_EQ(int64_t(out.by_name("[pytorch|profiler|execution_trace|thread]")["ts"]), 30);
+    } else {
+      EXPECT_EQ(st.matched, 1u);
+      EXPECT_TRUE(out.by_name("aten::b")["ts"].error());
+      EXPECT_TRUE(out.by_name("[pytorch|profiler|execution_trace|thread]")["ts"].error());
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(LinkModes, LinkThenConvertReproducesReferenceEt) {
   const std::string dir = test::traces_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/traces not present";
