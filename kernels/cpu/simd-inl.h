@@ -81,7 +81,7 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> RoundBits(D d, hn::Vec<D> v, bf16_t*
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
   const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), lsb));
   const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-  const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), quiet_nan, rounded);
+  const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded);
   (void)d;
   return hn::DemoteTo(du16, hn::BitCast(di, bits));
 }
