@@ -49,21 +49,33 @@ struct Out {
   }
 };
 
+// A host ET + Kineto pair written to a scratch dir and linked; the dir goes with the object.
+struct Linked {
+  std::filesystem::path dir;
+  LinkStats st;
+  Out out;
+  Linked(const std::string& tag, const std::string& host, const std::string& kineto, bool compat)
+      : dir(test::scratch_dir(tag + (compat ? "_compat" : "_default"))) {
+    test::write_text(dir / "host.json", host);
+    test::write_text(dir / "kineto.json", kineto);
+    LinkOptions o;
+    o.host_path = (dir / "host.json").string();
+    o.kineto_path = (dir / "kineto.json").string();
+    o.output_path = output();
+    o.compat_reference = compat;
+    st = link_traces(o);
+    if (out.parser.parse(test::read_text(o.output_path)).get(out.doc)) ADD_FAILURE() << "linked output is not JSON";
+  }
+  ~Linked() { std::filesystem::remove_all(dir); }
+  std::string output() const { return (dir / "out.json").string(); }
+};
+
 void link(bool compat, Out& out) {
-  auto dir = test::scratch_dir(compat ? "modes_compat" : "modes_default");
-  test::write_text(dir / "host.json", kHost);
-  test::write_text(dir / "kineto.json", kKineto);
-  LinkOptions o;
-  o.host_path = (dir / "host.json").string();
-  o.kineto_path = (dir / "kineto.json").string();
-  o.output_path = (dir / "out.json").string();
-  o.compat_reference = compat;
-  LinkStats st = link_traces(o);
-  EXPECT_EQ(st.matched, compat ? 3u : 5u) << "the reference links only the process root's subtree";
-  EXPECT_EQ(st.gpu_nodes_emitted, 1u);
-  EXPECT_EQ(st.sync_dep_nodes, 1u);
-  ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
-  std::filesystem::remove_all(dir);
+  Linked l("modes", kHost, kKineto, compat);
+  EXPECT_EQ(l.st.matched, compat ? 3u : 5u) << "the reference links only the process root's subtree";
+  EXPECT_EQ(l.st.gpu_nodes_emitted, 1u);
+  EXPECT_EQ(l.st.sync_dep_nodes, 1u);
+  ASSERT_FALSE(out.parser.parse(test::read_text(l.output())).get(out.doc));
 }
 
 TEST(LinkModes, SyncDepLandsOnTheWaitingOpByDefault) {
@@ -83,7 +95,6 @@ TEST(LinkModes, SyncDepLandsOnTheWaitingOpByDefault) {
 // kernel it waits for, so the per-thread chain already orders after_sync -> launch -> kernel and
 // the edge would close a cycle; the conversion goes on without it instead of failing.
 TEST(LinkModes, ConvertAccountsForTheLinkedSyncDep) {
-  auto dir = test::scratch_dir("modes_convert");
   // kHost with every attribute the converter requires
   std::string host = kHost;
   const std::string tid = R"({"name": "tid", "type": "uint64", "value": 1})";
@@ -92,23 +103,17 @@ TEST(LinkModes, ConvertAccountsForTheLinkedSyncDep) {
                     R"({"name": "scope", "type": "uint64", "value": 0}, {"name": "fw_tid", "type": "uint64", "value": 0}, )"
                     R"({"name": "op_schema", "type": "string", "value": ""}, )"),
         at = host.find(tid, at);
-  test::write_text(dir / "host.json", host);
-  test::write_text(dir / "kineto.json", kKineto);
-  LinkOptions o;
-  o.host_path = (dir / "host.json").string();
-  o.kineto_path = (dir / "kineto.json").string();
-  o.output_path = (dir / "out.json").string();
-  ASSERT_EQ(link_traces(o).sync_dep_nodes, 1u);
+  Linked l("modes_convert", host, kKineto, false);
+  ASSERT_EQ(l.st.sync_dep_nodes, 1u);
   ConvertOptions co;
   std::vector<std::string> warnings;
   co.warn = [&](const std::string& w) { warnings.push_back(w); };
   ConvertStats st;
-  ASSERT_NO_THROW(st = convert(o.output_path, (dir / "out.et").string(), co));
+  ASSERT_NO_THROW(st = convert(l.output(), (l.dir / "out.et").string(), co));
   EXPECT_EQ(st.sync_deps, 0u);
   EXPECT_EQ(st.sync_deps_cyclic, 1u);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("1 would close a cycle"), std::string::npos) << warnings[0];
-  std::filesystem::remove_all(dir);
 }
 
 TEST(LinkModes, CompatReproducesTheDoubleLookup) {
@@ -151,18 +156,9 @@ TEST(LinkModes, EqualStartTieAndHipLaunch) {
 {"ph": "X", "cat": "kernel", "name": "hip_k", "tid": 3, "ts": 105, "dur": 7, "args": {"External id": 2, "correlation": 9, "stream": 3}}
 ]})";
   for (bool compat : {false, true}) {
-    auto dir = test::scratch_dir(compat ? "tie_compat" : "tie_default");
-    test::write_text(dir / "host.json", host);
-    test::write_text(dir / "kineto.json", kineto);
-    LinkOptions o;
-    o.host_path = (dir / "host.json").string();
-    o.kineto_path = (dir / "kineto.json").string();
-    o.output_path = (dir / "out.json").string();
-    o.compat_reference = compat;
-    LinkStats st = link_traces(o);
-    EXPECT_EQ(st.gpu_nodes_emitted, 1u);
-    Out out;
-    ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
+    Linked l("tie", host, kineto, compat);
+    EXPECT_EQ(l.st.gpu_nodes_emitted, 1u);
+    Out& out = l.out;
     simdjson::dom::element excl = out.by_name("parent")["exclusive_dur"];
     ASSERT_TRUE(excl.is_int64()) << "integer inputs give integer durations, as in Python";
     EXPECT_EQ(int64_t(excl), compat ? 10 : 6);
@@ -170,7 +166,6 @@ TEST(LinkModes, EqualStartTieAndHipLaunch) {
     // the kernel hangs off the child (same tid + External id) and sits right after it
     EXPECT_EQ(int64_t(out.by_name("hip_k")["ctrl_deps"]), int64_t(out.by_name("child")["id"]));
     EXPECT_EQ(int64_t(out.by_name("hip_k")["id"]), int64_t(out.by_name("child")["id"]) + 1);
-    std::filesystem::remove_all(dir);
   }
 }
 
@@ -187,17 +182,9 @@ TEST(LinkModes, RecordFunctionIdZeroMatchesNothingByDefault) {
 {"ph": "X", "cat": "cpu_op", "name": "aten::y", "tid": 7, "ts": 30, "dur": 5, "args": {"External id": 3, "Record function id": 0}}
 ]})";
   for (bool compat : {false, true}) {
-    auto dir = test::scratch_dir(compat ? "rf0_compat" : "rf0_default");
-    test::write_text(dir / "host.json", host);
-    test::write_text(dir / "kineto.json", kineto);
-    LinkOptions o;
-    o.host_path = (dir / "host.json").string();
-    o.kineto_path = (dir / "kineto.json").string();
-    o.output_path = (dir / "out.json").string();
-    o.compat_reference = compat;
-    LinkStats st = link_traces(o);
-    Out out;
-    ASSERT_FALSE(out.parser.parse(test::read_text(o.output_path)).get(out.doc));
+    Linked l("rf0", host, kineto, compat);
+    const LinkStats& st = l.st;
+    Out& out = l.out;
     EXPECT_EQ(int64_t(out.by_name("aten::a")["ts"]), 10);
     if (compat) {
       EXPECT_EQ(st.matched, 4u) << "a, b and both roots";
@@ -208,7 +195,6 @@ TEST(LinkModes, RecordFunctionIdZeroMatchesNothingByDefault) {
       EXPECT_TRUE(out.by_name("aten::b")["ts"].error());
       EXPECT_TRUE(out.by_name("[pytorch|profiler|execution_trace|thread]")["ts"].error());
     }
-    std::filesystem::remove_all(dir);
   }
 }
 
