@@ -16,12 +16,13 @@ std::string_view variant_name(Variant v) {
     case Variant::offset: return "offset";
     case Variant::small: return "small";
     case Variant::large: return "large";
+    case Variant::nan: return "nan";
   }
   return "?";
 }
 
 const std::vector<Variant>& all_variants() {
-  static const std::vector<Variant> v{Variant::random, Variant::offset, Variant::small, Variant::large};
+  static const std::vector<Variant> v{Variant::random, Variant::offset, Variant::small, Variant::large, Variant::nan};
   return v;
 }
 
@@ -92,7 +93,8 @@ struct Range {
 Range transform(const Fill& f, Variant v, DType t) {
   const double w = f.hi - f.lo;
   switch (v) {
-    case Variant::random: return {f.lo, f.hi};
+    case Variant::random:
+    case Variant::nan: return {f.lo, f.hi};
     case Variant::offset: return {f.lo + 64 * w, f.hi + 64 * w};
     case Variant::small: return {f.lo * 0x1p-10, f.hi * 0x1p-10};
     case Variant::large: {
@@ -132,6 +134,15 @@ void draw_arg(HostArg& h, Variant variant, Rng& rng, double& kappa) {
                     std::to_string(r.hi) + "] keeps rounding to 0");
     }
   }
+}
+
+// One NaN at a random position of every 4th row (rows = the last dim), so that rows without
+// one show whether a NaN leaks beyond where the reference puts it.
+void inject_nans(HostArg& h, Rng& rng) {
+  const ArgDesc& a = *h.desc;
+  const int64_t n = a.numel(), len = a.shape.empty() ? 1 : std::max<int64_t>(a.shape.back(), 1);
+  for (int64_t row = 0; row * len < n; row += 4)
+    store_element(a.dtype, h.bytes.data(), row * len + int64_t(rng.next() % uint64_t(len)), std::nan(""));
 }
 
 std::vector<double> read_back(const HostArg& h) {
@@ -181,7 +192,7 @@ DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const
   if (c.desc.args.size() > 64) throw Error(op.name + ": too many arguments");
 
   Rng rng(seed);
-  bool any_derived = false;
+  bool any_derived = false, nan_placed = variant != Variant::nan;
   c.host.resize(c.desc.args.size());
   for (size_t i = 0; i < c.desc.args.size(); ++i) {
     const ArgDesc& a = c.desc.args[i];
@@ -196,6 +207,10 @@ DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const
       any_derived = true;
     } else {
       draw_arg(h, variant, rng, c.kappa);
+      if (!nan_placed && dtype_is_float(a.dtype) && a.fill.kind != Fill::mask && a.numel() > 0) {
+        inject_nans(h, rng);
+        nan_placed = true;
+      }
     }
   }
   if (!with_reference && !(any_derived && op.spec->prepare)) return c;

@@ -24,6 +24,8 @@ enum class Variant {
   offset,  // shifted by 64x the range width: large mean against a small spread (cancellation)
   small,   // scaled by 2^-10: eps dominates variance-like reductions
   large,   // scaled up (f16: 2^6, f32/bf16: 2^20): far from 1, within the dtype's range
+  nan,     // random, plus a NaN in every 4th row (last dim) of the first drawn float input: NaN
+           // must reach exactly the outputs the float64 reference makes NaN, and no others
 };
 std::string_view variant_name(Variant v);
 const std::vector<Variant>& all_variants();

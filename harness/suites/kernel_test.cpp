@@ -142,6 +142,7 @@ class PeerTest : public ::testing::Test {
                               " --gtest_filter='peer." + c_.name + "'";
     try {
       for (Variant v : all_variants()) {
+        if (v == Variant::nan) continue;  // a peer is checked for computing the same op, not for NaN semantics
         const std::string vname(variant_name(v));
         SCOPED_TRACE("variant " + vname);
         DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, test_seed(g_base_seed, "peer/" + c_.name + "/" + vname), true);

@@ -142,7 +142,8 @@ void ForwardT(const Forward& a) {
       sq += dv * dv;
     }
     // sd/n is the rounding error of the first mean: corrects both the mean and the variance
-    const float var = std::max(0.0f, (sq - sd * sd * inv_n) * inv_n);
+    // clamp rounding below 0, but keep a NaN (std::max(0, NaN) would return 0: a finite rstd)
+    const float var_raw = (sq - sd * sd * inv_n) * inv_n, var = var_raw < 0.0f ? 0.0f : var_raw;
     const float r = 1.0f / std::sqrt(var + a.eps);
     const float mean = mean0 + sd * inv_n;
 

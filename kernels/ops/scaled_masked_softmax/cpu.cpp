@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 
@@ -83,16 +84,26 @@ void ForwardT(const Forward& a) {
       continue;
     }
     auto vmax = hn::Set(d, -hwy::HighestValue<float>());
+    auto probe = hn::Zero(d);  // stays 0 unless a score is NaN or infinite (score * 0)
     size_t j = 0;
     for (; j + N <= n; j += N) {
       const auto v = hn::IfThenElse(LoadMaskU8(d, m + j), vmasked, hn::Mul(LoadWiden(d, x + j), vscale));
       hn::Store(v, d, z.get() + j);
       vmax = hn::Max(vmax, v);
+      probe = hn::MulAdd(v, hn::Zero(d), probe);
     }
     float mx = MaxLanes(d, vmax);
+    bool special = !(SumLanes(d, probe) == 0.0f);
     for (; j < n; ++j) {
       z[j] = m[j] ? kMaskedScore : to_f32(x[j]) * a.scale;
       mx = std::max(mx, z[j]);
+      special |= !std::isfinite(z[j]);
+    }
+    // As the reference: a NaN score, or a maximum of +inf (inf - inf) or -inf (every score -inf),
+    // makes the whole row NaN; SIMD max and the exp clamp below would quietly drop a NaN.
+    if (special && (!std::isfinite(mx) || std::any_of(z.get(), z.get() + n, [](float v) { return std::isnan(v); }))) {
+      for (size_t k = 0; k < n; ++k) y[k] = from_f32<S>(std::numeric_limits<float>::quiet_NaN());
+      continue;
     }
 
     // exp(t) for t < kExpFloor is below FLT_MIN: flushed to 0 rather than computed as a

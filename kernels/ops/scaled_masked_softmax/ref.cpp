@@ -11,6 +11,8 @@
 //       scaled scores are themselves <= -10000.
 //       Partially masked rows keep apex's -10000 fill (not -inf): a masked entry gets
 //       exp(-10000 - max z), which is 0 in f32 unless the unmasked scores are near -10000 too.
+//     NaN: an unmasked NaN score, or max z = +-inf, makes the whole row NaN (as PyTorch); a NaN
+//       under the mask is ignored (the entry is -10000 whatever x holds).
 //   backward (dy: T inout, y: T in) -> dy overwritten with dx
 //     dx_k = scale * (dy_k * y_k - y_k * sum_j dy_j y_j)      (y: the saved forward output)
 //     A fully masked row (y = 0) gets dx = 0. The mask is not an input.
