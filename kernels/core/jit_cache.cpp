@@ -205,7 +205,20 @@ double lock_timeout_seconds() {
   return t;
 }
 
-KeyLock::KeyLock(const std::string& path, double timeout_s, bool* waited) {
+namespace {
+// "pid N on HOST since TIME" as the holder wrote it into the lock file, on one line.
+std::string read_holder(int fd) {
+  char holder[256] = {0};
+  ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+  std::string h = n > 0 ? std::string(holder, size_t(n)) : "unknown holder";
+  while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
+  std::replace(h.begin(), h.end(), '\n', ' ');
+  return h;
+}
+}  // namespace
+
+KeyLock::KeyLock(const std::string& path, double timeout_s, bool* waited,
+                 const std::function<void(const std::string& holder)>& on_first_wait) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0)
     throw Error("cannot open JIT lock " + path + ": " + errno_text(errno) +
@@ -213,19 +226,20 @@ KeyLock::KeyLock(const std::string& path, double timeout_s, bool* waited) {
   if (waited) *waited = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto pause = std::chrono::milliseconds(5);
+  bool announced = false;
   while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
       int e = errno;
       ::close(fd_);
       throw Error("cannot lock JIT lock " + path + ": " + errno_text(e));
     }
-    if (waited) *waited = true;
+    if (!announced) {
+      announced = true;
+      if (waited) *waited = true;
+      if (on_first_wait) on_first_wait(read_holder(fd_));
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
-      char holder[256] = {0};
-      ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
-      std::string h = n > 0 ? std::string(holder, size_t(n)) : "unknown holder";
-      while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
-      std::replace(h.begin(), h.end(), '\n', ' ');
+      const std::string h = read_holder(fd_);
       ::close(fd_);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", timeout_s);

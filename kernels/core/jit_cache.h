@@ -10,6 +10,7 @@
 // SHA-256 and the file on disk still matches: a truncated module is never dlopen()ed (SIGBUS).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +39,9 @@ Key compute_key(const OpInfo& op, const Backend& backend, const JitSource& src);
 class KeyLock {
  public:
   // Waits at most timeout_s; throws opf::Error naming the lock file and its holder on timeout.
-  KeyLock(const std::string& path, double timeout_s, bool* waited);
+  // on_first_wait(holder) runs once, when the lock is first found taken (before any sleep).
+  KeyLock(const std::string& path, double timeout_s, bool* waited,
+          const std::function<void(const std::string& holder)>& on_first_wait = nullptr);
   ~KeyLock();
   KeyLock(const KeyLock&) = delete;
   KeyLock& operator=(const KeyLock&) = delete;

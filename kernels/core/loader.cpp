@@ -7,7 +7,7 @@
 //   OPFORGE_MODULE_DIR           where prebuilt modules are (else the build tree's kernels/)
 //   OPFORGE_FORCE_JIT=1          ignore prebuilt modules (tests; comparing prebuilt with JIT)
 //   OPFORGE_TUNE_<OP>_<NAME>=v   override a manifest tuning value; implies JIT for that op
-//   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled
+//   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled, or waited for
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
 #include "opforge/loader.h"
@@ -174,7 +174,10 @@ struct Loader::Impl {
     jit::make_dirs(dir);
     const auto wait_start = std::chrono::system_clock::now();
     bool waited = false;
-    jit::KeyLock lock(dir + "/" + key.key + ".lock", jit::lock_timeout_seconds(), &waited);
+    const std::string lock_path = dir + "/" + key.key + ".lock";
+    jit::KeyLock lock(lock_path, jit::lock_timeout_seconds(), &waited, [&](const std::string& holder) {
+      verbose("waiting for JIT lock " + lock_path + " held by " + holder);
+    });
     if (waited) ++stats.lock_waits;
 
     const jit::EntryCheck check = jit::check_entry(entry, artefact);

@@ -162,14 +162,10 @@ bool eventually(F pred, std::chrono::milliseconds limit = 20s) {
   return pred();
 }
 
-bool process_has_open(pid_t pid, const fs::path& file) {
-  std::error_code ec;
-  for (auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    std::error_code ec2;
-    if (fs::read_symlink(fd.path(), ec2) == file) return true;
-  }
-  return false;
-}
+// The helper has tried the lock and found it taken: with OPFORGE_JIT_VERBOSE=1 the loader says so
+// on stderr before its first sleep. (Having the lock file open is not enough: a process released
+// between its open() and its first flock() takes the lock without waiting.)
+bool reported_waiting(const Child& c) { return read_text(c.err).find("waiting for JIT lock") != std::string::npos; }
 
 // ----------------------------------------------------------------------------- tests
 
@@ -273,10 +269,12 @@ TEST_F(JitTest, EightRacingProcessesCompileOnceAndAllLoadIt) {
     // Start line: hold the key's lock until all 8 are queued on it, so all of them race for it
     // at once however slowly this machine starts processes.
     detail::jit::KeyLock start(lock.string(), 1, nullptr);
+    ::setenv("OPFORGE_JIT_VERBOSE", "1", 1);
     for (int i = 0; i < 8; ++i) kids.push_back(spawn_helper(tmp, "racer" + std::to_string(i), op->name));
+    ::unsetenv("OPFORGE_JIT_VERBOSE");
     ASSERT_TRUE(eventually([&] {
       for (const auto& kid : kids)
-        if (!process_has_open(kid.pid, lock)) return false;
+        if (!reported_waiting(kid)) return false;
       return true;
     })) << "not every racer reached the lock";
   }
@@ -361,9 +359,11 @@ TEST_F(JitTest, WaiterReportsTheBuildersFailureLog) {
   {
     // Hold the lock until both helpers are queued on it, so one builds and the other waits.
     detail::jit::KeyLock held(lock.string(), 1, nullptr);
+    ::setenv("OPFORGE_JIT_VERBOSE", "1", 1);
     a = spawn_helper(tmp, "a", op->name);
     b = spawn_helper(tmp, "b", op->name);
-    ASSERT_TRUE(eventually([&] { return process_has_open(a.pid, lock) && process_has_open(b.pid, lock); }));
+    ::unsetenv("OPFORGE_JIT_VERBOSE");
+    ASSERT_TRUE(eventually([&] { return reported_waiting(a) && reported_waiting(b); }));
   }
   a.wait();
   b.wait();
