@@ -53,19 +53,7 @@ ConvertOptions quiet(bool compat, std::vector<std::string>* warnings = nullptr) 
 
 class ReferenceOutput : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ReferenceOutput, ByteIdenticalInCompatMode) {
-  OPF_REQUIRE_TRACES();
-  RegressOptions o;
-  o.traces_dir = test::traces_dir();
-  o.golden_dir = OPF_CHAKRA_GOLDEN_DIR;
-  o.only = GetParam();
-  auto res = regress(o);
-  ASSERT_EQ(res.size(), 1u);
-  if (res[0].skipped) GTEST_SKIP() << res[0].messages.at(0);
-  std::string msgs;
-  for (const auto& m : res[0].messages) msgs += "\n  " + m;
-  EXPECT_TRUE(res[0].ok) << msgs;
-}
+TEST_P(ReferenceOutput, ByteIdenticalInCompatMode) { test::expect_regress_case(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Chakra, ReferenceOutput,
                          ::testing::Values("ref_c102_linked", "ref_c102_host_unlinked", "ref_resnet_linked",

@@ -18,19 +18,7 @@ std::vector<std::string> golden_case_names() {
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Golden, MatchesReviewedSummary) {
-  OPF_REQUIRE_TRACES();
-  RegressOptions o;
-  o.traces_dir = test::traces_dir();
-  o.golden_dir = OPF_CHAKRA_GOLDEN_DIR;
-  o.only = GetParam();
-  auto res = regress(o);
-  ASSERT_EQ(res.size(), 1u);
-  if (res[0].skipped) GTEST_SKIP() << res[0].messages.at(0);
-  std::string msgs;
-  for (const auto& m : res[0].messages) msgs += "\n  " + m;
-  EXPECT_TRUE(res[0].ok) << msgs;
-}
+TEST_P(Golden, MatchesReviewedSummary) { test::expect_regress_case(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Chakra, Golden, ::testing::ValuesIn(golden_case_names()), [](const auto& info) {
   std::string n = info.param;

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "regress.h"
+
 namespace opf::chakra::test {
 
 inline std::string traces_dir() {
@@ -43,6 +45,22 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Runs one `opforge chakra regress` case (goldens in chakra/tests/golden) and expects it to
+// match; skipped without ../shared/traces or when the case skips itself.
+inline void expect_regress_case(const std::string& name) {
+  OPF_REQUIRE_TRACES();
+  RegressOptions o;
+  o.traces_dir = traces_dir();
+  o.golden_dir = OPF_CHAKRA_GOLDEN_DIR;
+  o.only = name;
+  auto res = regress(o);
+  ASSERT_EQ(res.size(), 1u);
+  if (res[0].skipped) GTEST_SKIP() << res[0].messages.at(0);
+  std::string msgs;
+  for (const auto& m : res[0].messages) msgs += "\n  " + m;
+  EXPECT_TRUE(res[0].ok) << msgs;
+}
 
 inline void write_file(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary);
