@@ -1,17 +1,22 @@
 // STREAM-like bandwidth probe, measured in the same run as the kernels so every kernel reports
 // its fraction of what this machine's memory actually delivers (bw_frac), not a datasheet number.
-// Triad a[i] = b[i] + s * c[i] on doubles, one thread, 3 x 64 MiB arrays (>> the ~16 MB L3).
+// Triad a[i] = b[i] + s * c[i] on doubles, 3 x 64 MiB arrays (>> the ~16 MB L3), at a given
+// thread count (the kernels' thread pool, the array split in equal slices).
 // Bytes counted the STREAM way: 3 x 8 per element (write-allocate traffic not counted).
 #pragma once
 
+#include <string>
+
 namespace opf::suites {
 
-// Registers `probe/stream_triad/1thread` (bytes_per_second counter). Register it first:
-// google-benchmark runs benchmarks in registration order.
-void register_bandwidth_probe();
+// Registers `probe/stream_triad/threads:<n>` (bytes_per_second counter). Register it before the
+// kernels that use it: google-benchmark runs benchmarks in registration order.
+void register_bandwidth_probe(int threads);
+std::string probe_name(int threads);
 
-// Best triad bandwidth (bytes/s) measured in this process. When the probe benchmark was filtered
-// out, measures it now (about a quarter of a second) so bw_frac always has a denominator.
-double probe_bandwidth();
+// Mean triad bandwidth (bytes/s) at `threads` measured in this process. When the probe benchmark
+// was filtered out, measures it now (about a quarter of a second) so bw_frac always has a
+// denominator.
+double probe_bandwidth(int threads);
 
 }  // namespace opf::suites

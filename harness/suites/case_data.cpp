@@ -50,30 +50,6 @@ double dtype_min_subnormal(DType t) {
   }
 }
 
-double load_element(DType t, const std::byte* base, int64_t i) {
-  switch (t) {
-    case DType::f32: { float v; std::memcpy(&v, base + 4 * i, 4); return v; }
-    case DType::f16: { uint16_t h; std::memcpy(&h, base + 2 * i, 2); return f16_to_f32(h); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, base + 2 * i, 2); return bf16_to_f32(h); }
-    case DType::f64: { double v; std::memcpy(&v, base + 8 * i, 8); return v; }
-    case DType::u8: return double(uint8_t(base[i]));
-    case DType::i64: { int64_t v; std::memcpy(&v, base + 8 * i, 8); return double(v); }
-  }
-  return 0;
-}
-
-void store_element(DType t, std::byte* base, int64_t i, double v) {
-  switch (t) {
-    case DType::f32: { float f = float(v); std::memcpy(base + 4 * i, &f, 4); return; }
-    // via f32: the double rounding this may cause is harmless, the stored value is what counts
-    case DType::f16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(base + 2 * i, &h, 2); return; }
-    case DType::bf16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(base + 2 * i, &h, 2); return; }
-    case DType::f64: std::memcpy(base + 8 * i, &v, 8); return;
-    case DType::u8: base[i] = std::byte(uint8_t(v)); return;
-    case DType::i64: { int64_t x = int64_t(v); std::memcpy(base + 8 * i, &x, 8); return; }
-  }
-}
-
 void poison(DType t, std::byte* base, int64_t n) {
   switch (t) {
     case DType::f32: { const uint32_t p = 0x7fc0dead; for (int64_t i = 0; i < n; ++i) std::memcpy(base + 4 * i, &p, 4); return; }
@@ -121,6 +97,11 @@ void draw_arg(HostArg& h, Variant variant, Rng& rng, double& kappa) {
     for (int64_t i = 0; i < n; ++i) store_element(a.dtype, p, i, rng.uniform() < a.fill.p ? 1.0 : 0.0);
     return;
   }
+  if (a.fill.kind == Fill::index) {  // integers in [lo, hi): labels, indices (0 is a valid index)
+    const int64_t lo = int64_t(a.fill.lo), span = std::max<int64_t>(1, int64_t(a.fill.hi) - lo);
+    for (int64_t i = 0; i < n; ++i) store_element(a.dtype, p, i, double(lo + int64_t(rng.next() % uint64_t(span))));
+    return;
+  }
   const Range r = transform(a.fill, variant, a.dtype);
   kappa = std::max(kappa, conditioning(r));
   for (int64_t i = 0; i < n; ++i) {
@@ -166,7 +147,7 @@ std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view 
     if (ref[i].desc->role != Role::in) sens[i].assign(ref[i].v.size(), 0.0);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const ArgDesc& in = *inputs[k].desc;
-    if (in.role == Role::out || !dtype_is_float(in.dtype) || in.fill.kind == Fill::mask) continue;
+    if (in.role == Role::out || !dtype_is_float(in.dtype) || in.fill.kind != Fill::uniform) continue;
     std::vector<RefArg> p = inputs;
     for (double& x : p[k].v) x *= 1 + (rng.next() & 1 ? u : -u);
     for (RefArg& a : p)
@@ -184,10 +165,11 @@ std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view 
 }  // namespace
 
 DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape,
-                    Variant variant, uint64_t seed, bool with_reference) {
+                    Variant variant, uint64_t seed, bool with_reference, const Params* given) {
   DrawnCase c;
-  const Params params = op.default_params();
-  c.desc = op.spec->describe(entry, dtype, shape, params);
+  c.params = given ? *given : op.default_params();
+  const Params& params = c.params;
+  c.desc = describe_case(op, entry, dtype, shape, params);
   if (!c.desc.unsupported.empty()) return c;
   if (c.desc.args.size() > 64) throw Error(op.name + ": too many arguments");
 
@@ -207,7 +189,7 @@ DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const
       any_derived = true;
     } else {
       draw_arg(h, variant, rng, c.kappa);
-      if (!nan_placed && dtype_is_float(a.dtype) && a.fill.kind != Fill::mask && a.numel() > 0) {
+      if (!nan_placed && dtype_is_float(a.dtype) && a.fill.kind == Fill::uniform && a.numel() > 0) {
         inject_nans(h, rng);
         nan_placed = true;
       }

@@ -30,8 +30,7 @@ enum class Variant {
 std::string_view variant_name(Variant v);
 const std::vector<Variant>& all_variants();
 
-double load_element(DType t, const std::byte* base, int64_t i);
-void store_element(DType t, std::byte* base, int64_t i, double v);  // rounds to nearest
+// load_element / store_element: opforge/dtype.h.
 // The largest finite value of a floating dtype (0 for integer dtypes).
 double dtype_max_finite(DType t);
 // The smallest positive subnormal of a floating dtype (0 for integer dtypes).
@@ -52,6 +51,7 @@ struct DrawnCase {
   DrawnCase& operator=(const DrawnCase&) = delete;
 
   CaseDesc desc;                 // unsupported non-empty: nothing else is filled
+  Params params;                 // the param values this case was drawn and referenced with
   std::vector<HostArg> host;     // every argument in ABI order; outs poisoned
   std::vector<RefArg> ref;       // float64 values (only with_reference); outs filled by reference()
   double kappa = 1;              // conditioning proxy of the drawn inputs (see tolerance.h)
@@ -62,9 +62,9 @@ struct DrawnCase {
 
 // Draws a case. with_reference: also computes every output in float64 (the correctness suite);
 // without it only in/inout arguments get float64 copies, and only as long as prepare() needs them
-// (benchmarks on large shapes).
+// (benchmarks on large shapes). params: null = the manifest defaults.
 DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape,
-                    Variant variant, uint64_t seed, bool with_reference);
+                    Variant variant, uint64_t seed, bool with_reference, const Params* params = nullptr);
 
 // Fills bytes with a quiet-NaN pattern for floating dtypes and 0xA5 for integer ones.
 void poison(DType t, std::byte* base, int64_t n);

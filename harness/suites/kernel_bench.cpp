@@ -1,9 +1,10 @@
-// Performance suite: every op x enabled backend x dtype x entry x manifest `bench` shape is one
-// benchmark `<op>/<backend>/<dtype>/<entry>/<shape>`, registered at run time from op_table(),
-// plus the bandwidth probe (`probe/stream_triad/1thread`, registered first) and the manifest
-// peers (`peer/<lib>/<op>/<dtype>/<entry>/<shape>`, peers/).
+// Performance suite: every op x enabled backend x dtype x entry x manifest `bench` shape x thread
+// count is one benchmark `<op>/<backend>/<dtype>/<entry>/<shape>/threads:<n>`, registered at run
+// time from op_table(), for n = 1 and n = all cores (OPFORGE_NUM_THREADS), each thread count
+// beside the bandwidth probe at that count (`probe/stream_triad/threads:<n>`, registered first)
+// and the manifest peers (`peer/<lib>/<op>/<dtype>/<entry>/<shape>/threads:<n>`, peers/).
 // Counters: bytes_per_second (CaseDesc::bytes: what an ideal kernel must move), FLOP/s
-// (CaseDesc::flops) and bw_frac = bytes_per_second / probe bandwidth.
+// (CaseDesc::flops) and bw_frac = bytes_per_second / probe bandwidth at the same thread count.
 // Real time throughout (GPU kernels, threaded peers), hence the "/real_time" name suffix in JSON.
 #include <benchmark/benchmark.h>
 
@@ -21,6 +22,7 @@
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "opforge/threads.h"
 #include "peers/peer.h"
 #include "seed.h"
 #include "staged_case.h"
@@ -35,6 +37,7 @@ struct BenchCase {
   DType dtype;
   std::string entry;
   Shape shape;
+  int threads;
   std::string name;
 };
 
@@ -63,13 +66,14 @@ Prepared& prepare(const BenchCase& bc) {
     if (!p->drawn.desc.unsupported.empty()) throw Error("case not supported: " + p->drawn.desc.unsupported);
     const Params params = bc.op->default_params();
     if (bc.peer) {
-      p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params}, p->drawn);
+      p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, p->drawn);
       p->peer->run();  // warm-up: first touch of outputs, lazy init
     } else {
       Loader& loader = Loader::instance();
       p->module = loader.load(*bc.op, bc.backend).info;
-      p->staged = std::make_unique<StagedCase>(loader.device(bc.backend), p->drawn, params);
-      p->staged->run(p->module, bc.entry);
+      p->staged = std::make_unique<StagedCase>(loader.device(bc.backend), *bc.op, p->drawn, bc.threads);
+      if (std::string why = p->staged->supports(p->module); !why.empty()) throw Error("unsupported: " + why);
+      p->staged->run(p->module);
       p->staged->synchronize();
     }
   } catch (const std::exception& e) {
@@ -109,7 +113,7 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
       if (p.peer) {
         p.peer->run();
       } else {
-        p.staged->run(p.module, bc.entry);
+        p.staged->run(p.module);
         p.staged->synchronize();
       }
     }
@@ -121,9 +125,9 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
   const CaseDesc& c = p.drawn.desc;
   st.SetBytesProcessed(int64_t(c.bytes) * int64_t(st.iterations()));
   st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["bw_frac"] = benchmark::Counter(c.bytes / probe_bandwidth(), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["bw_frac"] = benchmark::Counter(c.bytes / probe_bandwidth(bc.threads), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["threads"] = bc.threads;
   if (p.module && p.module->isa) st.SetLabel(p.module->isa);
-  if (bc.peer) st.SetLabel("threads=" + bc.peer->threads);
 }
 
 void add(BenchCase bc) {
@@ -154,38 +158,47 @@ class NotRun {
   std::map<std::string, std::vector<std::string>> by_reason_;
 };
 
+// 1 and all cores (OPFORGE_NUM_THREADS); one count where they are the same.
+std::vector<int> thread_counts() {
+  const int all = default_num_threads();
+  return all > 1 ? std::vector<int>{1, all} : std::vector<int>{1};
+}
+
 void register_cases() {
   Loader& loader = Loader::instance();
   NotRun not_run;
   for (const OpInfo& op : op_table()) {
     for (const std::string& dt : op.dtypes) {
       const DType dtype = *dtype_from_name(dt);
-      for (const std::string& entry : op.entries)
-        for (const Shape& shape : op.bench) {
-          for (const std::string& backend : op.enabled_backends) {
-            const std::string name = case_name(op.name, backend, dt, entry, shape);
-            if (const Availability av = loader.availability(backend); !av.ok) {
-              not_run.add("backend " + backend + " not available here: " + av.reason, name);
-              continue;
+      for (const EntryInfo& e : op.entries)
+        for (const Shape& shape : op.bench)
+          for (int threads : thread_counts()) {
+            const std::string suffix = "/threads:" + std::to_string(threads);
+            for (const std::string& backend : op.enabled_backends) {
+              if (backend != "cpu" && threads != 1) continue;  // GPU work has no host thread count
+              const std::string name = case_name(op.name, backend, dt, e.name, shape) + suffix;
+              if (const Availability av = loader.availability(backend); !av.ok) {
+                not_run.add("backend " + backend + " not available here: " + av.reason, name);
+                continue;
+              }
+              add({&op, nullptr, backend, dtype, e.name, shape, threads, name});
             }
-            add({&op, nullptr, backend, dtype, entry, shape, name});
+            for (const std::string& lib : op.peers) {
+              const std::string name = peer_case_name(lib, op.name, dt, e.name, shape) + suffix;
+              const peers::Adapter* a = peers::find_adapter(lib, op.name);
+              if (!a) {
+                not_run.add("no adapter built: harness/suites/peers/" + lib + "_" + op.name +
+                                ".cpp missing, or its library not found at configure time", name);
+                continue;
+              }
+              const Params params = op.default_params();
+              if (std::string why = a->unsupported({e.name, dtype, shape, params, threads}); !why.empty()) {
+                not_run.add(lib + " " + dt + ": " + why, name);
+                continue;
+              }
+              add({&op, a, "", dtype, e.name, shape, threads, name});
+            }
           }
-          for (const std::string& lib : op.peers) {
-            const std::string name = peer_case_name(lib, op.name, dt, entry, shape);
-            const peers::Adapter* a = peers::find_adapter(lib, op.name);
-            if (!a) {
-              not_run.add("no adapter built: harness/suites/peers/" + lib + "_" + op.name +
-                              ".cpp missing, or its library not found at configure time", name);
-              continue;
-            }
-            const Params params = op.default_params();
-            if (std::string why = a->unsupported({entry, dtype, shape, params}); !why.empty()) {
-              not_run.add(lib + " " + dt + ": " + why, name);
-              continue;
-            }
-            add({&op, a, "", dtype, entry, shape, name});
-          }
-        }
     }
   }
   not_run.print();
@@ -205,8 +218,9 @@ int main(int argc, char** argv) {
   try {
     benchmark::AddCustomContext("opforge_version", opf::build::version());
     benchmark::AddCustomContext("opforge_mode", opf::build::mode());
-    benchmark::AddCustomContext("opforge_probe", "STREAM triad, 1 thread, 3 x 64 MiB; bw_frac = bytes_per_second / its mean rate");
-    register_bandwidth_probe();
+    benchmark::AddCustomContext("opforge_probe", "STREAM triad, 3 x 64 MiB, at each benchmark's thread count; bw_frac = bytes_per_second / its mean rate");
+    benchmark::AddCustomContext("opforge_threads", std::to_string(opf::default_num_threads()));
+    for (int threads : thread_counts()) register_bandwidth_probe(threads);
     register_cases();
   } catch (const opf::Error& e) {
     std::fprintf(stderr, "opforge bench: %s\n", e.what());

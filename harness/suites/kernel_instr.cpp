@@ -35,14 +35,14 @@ bool count_case(const OpInfo& op, const std::string& dt, const std::string& entr
     }
     Loader& loader = Loader::instance();
     const opf_module_info* module = loader.load(op, "cpu").info;
-    StagedCase staged(loader.device("cpu"), drawn, op.default_params());
-    staged.run(module, entry);  // warm-up, not counted
+    StagedCase staged(loader.device("cpu"), op, drawn, 1);  // one thread: counts independent of the machine
+    staged.run(module);  // warm-up, not counted
     const bool restore = staged.has_inouts();
     CALLGRIND_ZERO_STATS;
     for (int i = 0; i < calls; ++i) {
       if (restore) staged.restore_inouts();
       CALLGRIND_TOGGLE_COLLECT;
-      staged.run(module, entry);
+      staged.run(module);
       CALLGRIND_TOGGLE_COLLECT;
     }
     CALLGRIND_DUMP_STATS_AT(name.c_str());
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     for (const std::string& b : op.enabled_backends) has_cpu = has_cpu || b == "cpu";
     if (!has_cpu || op.cases.empty()) continue;
     for (const std::string& dt : op.dtypes)
-      for (const std::string& entry : op.entries) failed += !count_case(op, dt, entry, calls);
+      for (const opf::EntryInfo& entry : op.entries) failed += !count_case(op, dt, entry.name, calls);
   }
   return failed ? 1 : 0;
 }

@@ -1,7 +1,11 @@
 // Correctness suite: every op x enabled backend x dtype x entry x case shape of the registry is
 // one GoogleTest test named `kernel.<op>/<backend>/<dtype>/<entry>/<shape>` (the benchmark's name
 // with a suite prefix), registered at run time from op_table() — no per-op test code.
-// Each test runs every fill variant (case_data.h) against the float64 reference (tolerance.h).
+// Each test runs every fill variant (case_data.h) with the manifest's default params, and the
+// random fill with every other param set of the sweep (param_sweep.h), against the float64
+// reference (tolerance.h). A combination the module does not support (abi.h: supports) is
+// skipped with its reason, never passed. `threads.<op>/cpu/...` tests check that 1, 2 and 3
+// threads give bitwise the same outputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +17,7 @@
 #include "case_name.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "param_sweep.h"
 #include "peers/peer.h"
 #include "seed.h"
 #include "staged_case.h"
@@ -69,26 +74,37 @@ class KernelTest : public ::testing::Test {
     const Availability av = loader.availability(c_.backend);
     if (!av.ok) GTEST_SKIP() << "backend " << c_.backend << " not available here: " << av.reason;
     const DType dtype = *dtype_from_name(c_.dtype);
-    const Params params = c_.op->default_params();
     int ran = 0;
-    for (Variant v : all_variants()) {
-      const std::string vname(variant_name(v));
-      SCOPED_TRACE("variant " + vname);
-      const uint64_t seed = test_seed(g_base_seed, c_.name + "/" + vname);
-      DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, seed, true);
-      if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
-      if (auto why = out_of_range(d); !why.empty()) {
-        std::printf("  [variant %s not run: %s]\n", vname.c_str(), why.c_str());
-        continue;
+    std::string unsupported;
+    const std::vector<ParamSet> sets = param_sets(*c_.op, test_seed(g_base_seed, c_.name + "/params"));
+    for (const ParamSet& ps : sets) {
+      for (Variant v : all_variants()) {
+        if (&ps != &sets.front() && v != Variant::random) continue;  // other params: the random fill
+        const std::string vname(variant_name(v));
+        SCOPED_TRACE("variant " + vname + ", params " + describe_params(*c_.op, ps.values));
+        const uint64_t seed = test_seed(g_base_seed, c_.name + "/" + vname);
+        DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, seed, true, &ps.values);
+        if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
+        if (auto why = out_of_range(d); !why.empty()) {
+          std::printf("  [variant %s, params %s not run: %s]\n", vname.c_str(), ps.label.c_str(), why.c_str());
+          continue;
+        }
+        const LoadedModule& m = loader.load(*c_.op, c_.backend);
+        StagedCase staged(loader.device(c_.backend), *c_.op, d);
+        if (std::string why = staged.supports(m.info); !why.empty()) {
+          std::printf("  [params %s unsupported: %s]\n", ps.label.c_str(), why.c_str());
+          unsupported = why;
+          continue;
+        }
+        staged.run(m.info);  // throws with the module's one-line reason
+        staged.synchronize();
+        check(d, staged, v);
+        ++ran;
       }
-      const LoadedModule& m = loader.load(*c_.op, c_.backend);
-      StagedCase staged(loader.device(c_.backend), d, params);
-      staged.run(m.info, c_.entry);  // throws with the module's one-line reason
-      staged.synchronize();
-      check(d, staged, v);
-      ++ran;
     }
     RecordProperty("base_seed", std::to_string(g_base_seed));
+    RecordProperty("param_sets", std::to_string(sets.size()));
+    if (ran == 0 && !unsupported.empty()) GTEST_SKIP() << "unsupported: " << unsupported;
     if (ran == 0) GTEST_SKIP() << "every fill variant exceeds the dtype's range for this case";
   }
 
@@ -114,6 +130,52 @@ class KernelTest : public ::testing::Test {
       ADD_FAILURE() << "kernel wrote past the end of argument '" << name << "'\n" << repro(c_);
   }
 
+  KernelCase c_;
+};
+
+// The same case at 1, 2 and 3 CPU threads must give bitwise the same outputs: ops split their
+// work into tasks whose boundaries depend on the shape alone (abi.h, cpu/parallel.h). Run on the
+// first benchmark shape, large enough to be cut into many tasks.
+class ThreadsTest : public ::testing::Test {
+ public:
+  explicit ThreadsTest(KernelCase c) : c_(std::move(c)) {}
+
+  void TestBody() override {
+    try {
+      Loader& loader = Loader::instance();
+      const DType dtype = *dtype_from_name(c_.dtype);
+      const uint64_t seed = test_seed(g_base_seed, "threads/" + c_.name);
+      DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, Variant::random, seed, false);
+      if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
+      const LoadedModule& m = loader.load(*c_.op, c_.backend);
+      std::vector<std::vector<std::byte>> first;
+      for (int threads : {1, 2, 3}) {
+        StagedCase staged(loader.device(c_.backend), *c_.op, d, threads);
+        if (std::string why = staged.supports(m.info); !why.empty()) GTEST_SKIP() << "unsupported: " << why;
+        staged.run(m.info);
+        staged.synchronize();
+        size_t k = 0;
+        for (size_t i = 0; i < d.host.size(); ++i) {
+          if (d.host[i].desc->role == Role::in) continue;
+          std::vector<std::byte> got = staged.fetch(i);
+          if (threads == 1) {
+            first.push_back(std::move(got));
+            continue;
+          }
+          const std::vector<std::byte>& want = first[k++];
+          size_t at = 0;
+          while (at < got.size() && got[at] == want[at]) ++at;
+          EXPECT_EQ(at, got.size()) << "output '" << d.host[i].desc->name << "' at " << threads
+                                    << " threads differs from 1 thread at byte " << at << " (seed " << seed << ")\n"
+                                    << repro(c_);
+        }
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << repro(c_);
+    }
+  }
+
+ private:
   KernelCase c_;
 };
 
@@ -180,22 +242,31 @@ int register_tests() {
   for (const OpInfo& op : op_table())
     for (const std::string& backend : op.enabled_backends)
       for (const std::string& dtype : op.dtypes)
-        for (const std::string& entry : op.entries)
+        for (const EntryInfo& entry : op.entries) {
           for (const Shape& shape : op.cases) {
-            KernelCase c{&op, backend, dtype, entry, shape, case_name(op.name, backend, dtype, entry, shape)};
+            KernelCase c{&op, backend, dtype, entry.name, shape, case_name(op.name, backend, dtype, entry.name, shape)};
             const std::string name = c.name;
             ::testing::RegisterTest("kernel", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                     [c = std::move(c)]() -> ::testing::Test* { return new KernelTest(c); });
             ++n;
           }
+          if (backend == "cpu" && !op.bench.empty()) {
+            const Shape& shape = op.bench.front();
+            KernelCase c{&op, backend, dtype, entry.name, shape, case_name(op.name, backend, dtype, entry.name, shape)};
+            const std::string name = c.name;
+            ::testing::RegisterTest("threads", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                    [c = std::move(c)]() -> ::testing::Test* { return new ThreadsTest(c); });
+            ++n;
+          }
+        }
   for (const OpInfo& op : op_table())
     for (const std::string& lib : op.peers) {
       const peers::Adapter* a = peers::find_adapter(lib, op.name);
       if (!a) continue;  // not built here (library missing): the benchmark reports it
       for (const std::string& dtype : op.dtypes)
-        for (const std::string& entry : op.entries)
+        for (const EntryInfo& entry : op.entries)
           for (const Shape& shape : op.cases) {
-            PeerCheck c{&op, a, dtype, entry, shape, lib + "/" + op.name + "/" + dtype + "/" + entry + "/" + shape_name(shape)};
+            PeerCheck c{&op, a, dtype, entry.name, shape, lib + "/" + op.name + "/" + dtype + "/" + entry.name + "/" + shape_name(shape)};
             const std::string name = c.name;
             ::testing::RegisterTest("peer", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                     [c = std::move(c)]() -> ::testing::Test* { return new PeerTest(c); });

@@ -9,22 +9,20 @@ namespace {
 constexpr std::byte kGuardByte{0x5c};
 }
 
-StagedCase::StagedCase(Device& dev, const DrawnCase& c, const Params& params) : dev_(dev), case_(c) {
-  for (const auto& [name, v] : params.values) params_.push_back(v);
+StagedCase::StagedCase(Device& dev, const OpInfo& op, const DrawnCase& c, int threads) : dev_(dev), case_(c) {
+  call_ = std::make_unique<CallBuilder>(op, c.desc.entry);
+  call_->params(c.params).threads(threads);
   const std::vector<std::byte> guard(kGuard, kGuardByte);
   try {
+    for (const ArgInfo& info : call_->entry().args)
+      if (info.list) call_->empty_list(info.name);  // present even when the case has no elements
     for (const HostArg& h : c.host) {
       const ArgDesc& a = *h.desc;
       void* p = dev_.alloc(h.bytes.size() + kGuard);
       ptrs_.push_back(p);
       dev_.to_device(p, h.bytes.data(), h.bytes.size());
       dev_.to_device(static_cast<std::byte*>(p) + h.bytes.size(), guard.data(), kGuard);
-      opf_tensor t{};
-      t.data = p;
-      t.dtype = int32_t(a.dtype);
-      t.ndim = int32_t(a.shape.size());
-      for (size_t d = 0; d < a.shape.size(); ++d) t.shape[d] = a.shape[d];
-      tensors_.push_back(t);
+      call_->add(a.name, p, a.dtype, a.shape);
     }
     dev_.synchronize();
   } catch (...) {
@@ -37,19 +35,9 @@ StagedCase::~StagedCase() {
   for (void* p : ptrs_) dev_.free(p);
 }
 
-void StagedCase::run(const opf_module_info* module, std::string_view entry) {
-  if (entry_ != entry) entry_ = std::string(entry);
-  opf_call call{};
-  call.entry = entry_.c_str();
-  call.args = tensors_.data();
-  call.nargs = int32_t(tensors_.size());
-  call.params = params_.data();
-  call.nparams = int32_t(params_.size());
-  call.stream = nullptr;
-  char err[512] = "";
-  if (module->run(module, &call, err, sizeof err) != 0)
-    throw Error(std::string(module->op) + "/" + module->backend + " " + entry_ + ": " + err);
-}
+std::string StagedCase::supports(const opf_module_info* module) { return call_->supports(module); }
+
+void StagedCase::run(const opf_module_info* module) { call_->run(module); }
 
 std::vector<std::byte> StagedCase::fetch(size_t i) const {
   std::vector<std::byte> out(case_.host[i].bytes.size());

@@ -223,11 +223,11 @@ class CpuBackend final : public Backend {
       argv.push_back(f);
     for (const auto& d : src.include_dirs) argv.push_back("-I" + d);
     for (const auto& d : src.defines) argv.push_back("-D" + d);
-    (void)op;
     argv.push_back(src.main_file);
     argv.push_back("-o");
     argv.push_back(out);
     argv.push_back("-lhwy");
+    for (const auto& lib : op.deps_of("cpu")) argv.push_back("-l" + lib);  // the manifest's deps, as Meson links them
     return argv;
   }
 

@@ -76,17 +76,34 @@ inline std::string gpu_plan_problem(const opf_gpu_plan& p) {
   return "";
 }
 
-// Fills the kernel argument struct from an ABI call; "" on success, else the problem.
+// Fills the kernel argument struct from an ABI call; "" on success, else the problem. The generic
+// launcher passes plain dense tensors; list arguments need an op's own launcher.
 inline std::string gpu_make_args(const opf_call* c, opf_gpu_args& a) {
   a = opf_gpu_args{};
-  if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS)
-    return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " tensors, got " + std::to_string(c->nargs);
-  if (c->nparams < 0 || c->nparams > OPF_GPU_MAX_PARAMS)
+  if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS || !c->args)
+    return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " arguments, got " + std::to_string(c->nargs);
+  if (c->nparams < 0 || c->nparams > OPF_GPU_MAX_PARAMS || (c->nparams > 0 && !c->params))
     return "GPU modules take at most " + std::to_string(OPF_GPU_MAX_PARAMS) + " params, got " + std::to_string(c->nparams);
-  for (int i = 0; i < c->nargs; ++i) a.ptr[i] = c->args[i].data;
-  for (int i = 0; i < c->nparams; ++i) a.param[i] = c->params[i];
-  const opf_tensor& t0 = c->args[0];
-  if (t0.ndim < 1 || t0.ndim > OPF_GPU_MAX_DIMS) return "first tensor has " + std::to_string(t0.ndim) + " dims";
+  for (int i = 0; i < c->nargs; ++i) {
+    const opf_arg& arg = c->args[i];
+    if (arg.count != 1 || !arg.tensors)
+      return "argument " + std::to_string(i) + " must be one tensor (the generic GPU launcher takes no lists), got " +
+             std::to_string(arg.count);
+    const opf_tensor& t = arg.tensors[0];
+    if (t.ndim < 0 || t.ndim > OPF_GPU_MAX_DIMS) return "argument " + std::to_string(i) + " has " + std::to_string(t.ndim) + " dims";
+    long long expect = 1;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      if (t.shape[d] > 1 && t.strides[d] != expect)
+        return "argument " + std::to_string(i) + " is not contiguous (stride " + std::to_string(t.strides[d]) + " in dim " +
+               std::to_string(d) + ")";
+      expect *= t.shape[d];
+    }
+    a.ptr[i] = t.data;
+  }
+  for (int i = 0; i < c->nparams; ++i)
+    a.param[i] = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
+  const opf_tensor& t0 = c->args[0].tensors[0];
+  if (t0.ndim < 1) return "first tensor has " + std::to_string(t0.ndim) + " dims";
   a.ndim = t0.ndim;
   a.nargs = c->nargs;
   a.rows = 1;
@@ -105,9 +122,9 @@ class GpuModule {
   // module that lacks one is rejected here rather than failing mid-run.
   GpuModule(Api& api, typename Api::Module mod, const OpInfo& op, const char* backend, std::string isa,
             const std::string& path)
-      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), spec_(op.spec),
-        params_(op.default_params()) {
-    for (const auto& entry : op.entries) {
+      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), info_op_(&op) {
+    for (const auto& entry_info : op.entries) {
+      const std::string& entry = entry_info.name;
       Entry e;
       const std::string pname = gpu_plan_name(op.name, entry);
       int rc = api_.read_global(&e.plan, sizeof e.plan, mod_, pname.c_str());
@@ -125,7 +142,8 @@ class GpuModule {
       }
       entries_[entry] = std::move(e);
     }
-    info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk, this};
+    info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk,
+                            &GpuModule::supports_thunk, this};
   }
 
   // Modules live until the process ends (callers hold info pointers), so this only runs during
@@ -155,16 +173,34 @@ class GpuModule {
     return 1;
   }
 
-  std::string run(const opf_call* c) {
+  static int supports_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
+    std::string why = static_cast<GpuModule*>(self->impl)->check(call);
+    if (why.empty()) return 0;
+    std::snprintf(err, len, "%s", why.c_str());
+    return 1;
+  }
+
+  // Everything run() checks before launching: "" when the call is well-formed for this module.
+  std::string check(const opf_call* c) const {
     auto it = entries_.find(c->entry ? c->entry : "");
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
     if (std::string why = gpu_make_args(c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
-    const std::string dtype(dtype_name(DType(c->args[0].dtype)));
-    auto k = it->second.kernels.find(dtype);
-    if (k == it->second.kernels.end()) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
-    const opf_gpu_plan& plan = it->second.plan;
+    const std::string dtype(dtype_name(DType(c->args[0].tensors[0].dtype)));
+    if (!it->second.kernels.count(dtype)) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
+    return "";
+  }
+
+  std::string run(const opf_call* c) {
+    if (std::string why = check(c); !why.empty()) return why;
+    auto it = entries_.find(c->entry);
+    if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
+    opf_gpu_args a;
+    gpu_make_args(c, a);
+    const std::string dtype(dtype_name(DType(c->args[0].tensors[0].dtype)));
+    auto k = it->second.kernels.find(dtype);
+    const opf_gpu_plan& plan = it->second.plan;
 
     std::lock_guard lock(mu_);  // the workspace is shared by this module's calls
     if (int rc = api_.make_current(); rc != 0) return fail("cannot bind the device context", rc);
@@ -198,17 +234,26 @@ class GpuModule {
   // device, so the call is checked against the op's own argument list (ref.cpp) first.
   std::string check_tensors(const opf_call* c) const {
     for (int i = 0; i < c->nargs; ++i)
-      if (!c->args[i].data) return "tensor " + std::to_string(i) + " has no data";
-    if (!spec_ || !spec_->describe) return "";
-    const opf_tensor& t0 = c->args[0];
+      if (!c->args[i].tensors[0].data) return "tensor " + std::to_string(i) + " has no data";
+    if (!info_op_->spec || !info_op_->spec->describe) return "";
+    const opf_tensor& t0 = c->args[0].tensors[0];
     const Shape shape(t0.shape, t0.shape + t0.ndim);
-    const CaseDesc d = spec_->describe(c->entry, DType(t0.dtype), shape, params_);
+    CaseDesc d;
+    try {
+      d = describe_case(*info_op_, c->entry, DType(t0.dtype), shape, info_op_->default_params());
+    } catch (const std::exception& e) {
+      return e.what();
+    }
     if (!d.unsupported.empty()) return d.unsupported;
     if (d.args.size() != size_t(c->nargs))
       return "expects " + std::to_string(d.args.size()) + " tensors, got " + std::to_string(c->nargs);
-    for (size_t i = 0; i < d.args.size(); ++i)
-      if (c->args[i].dtype != int32_t(d.args[i].dtype))
+    for (size_t i = 0; i < d.args.size(); ++i) {
+      const opf_tensor& t = c->args[i].tensors[0];
+      if (t.dtype != int32_t(d.args[i].dtype))
         return "tensor '" + d.args[i].name + "' must be " + std::string(dtype_name(d.args[i].dtype));
+      if (Shape(t.shape, t.shape + t.ndim) != d.args[i].shape)
+        return "tensor '" + d.args[i].name + "' has the wrong shape for this call";
+    }
     return "";
   }
 
@@ -219,8 +264,7 @@ class GpuModule {
   std::string op_;
   const char* backend_;
   std::string isa_;
-  const OpSpec* spec_;
-  Params params_;
+  const OpInfo* info_op_;
   std::map<std::string, Entry> entries_;
   opf_module_info info_{};
   std::mutex mu_;

@@ -1,4 +1,4 @@
-// Argument checks for CPU op modules: a call that does not match the op's ref.cpp contract fails
+// Argument checks for CPU op modules: a call that does not match the op's manifest entry fails
 // with one line naming the argument and what is wrong, before any output is touched.
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <span>
 #include <string_view>
 
 #include "opforge/abi.h"
@@ -16,7 +17,7 @@ namespace opf::cpu {
 
 [[noreturn]] inline void failf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void failf(const char* fmt, ...) {
-  char buf[200];
+  char buf[220];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
@@ -25,61 +26,105 @@ inline void failf(const char* fmt, ...) {
 }
 
 inline const char* dtype_str(int32_t t) {
-  return t >= 0 && t <= OPF_I64 ? dtype_name(DType(t)).data() : "?";
+  return t >= 0 && t < OPF_DTYPE_COUNT ? dtype_name(DType(t)).data() : "?";
 }
 
-inline void expect_nargs(const opf_call* c, int32_t n) {
-  if (c->nargs != n) failf("%s: expected %d tensor arguments, got %d", c->entry, n, c->nargs);
-  if (c->args == nullptr) failf("%s: no tensor arguments", c->entry);
-}
+inline bool is_float_storage(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
-inline void expect_nparams(const opf_call* c, int32_t n) {
-  if (c->nparams < n || (n > 0 && c->params == nullptr))
-    failf("%s: expected %d scalar parameters, got %d", c->entry, n, c->nparams);
-}
+// The call as a module reads it: argument i and param i in the entry's manifest order.
+class Args {
+ public:
+  // The entry's argument and param counts (the manifest's).
+  Args(const opf_call* c, int nargs, int nparams) : c_(c) {
+    const char* e = c->entry ? c->entry : "";
+    if (c->nargs != nargs || (nargs > 0 && !c->args))
+      failf("%s: expected %d arguments, got %d", e, nargs, c->nargs);
+    if (c->nparams != nparams || (nparams > 0 && !c->params))
+      failf("%s: expected %d params, got %d", e, nparams, c->nparams);
+  }
+  const char* entry() const { return c_->entry ? c_->entry : ""; }
+  const opf_host* host() const { return c_->host; }
 
-// The leading argument's dims, which the others are checked against, must not be negative.
-inline void expect_dims(const opf_call* c, int i, const char* name) {
-  const opf_tensor& t = c->args[i];
-  for (int d = 0; d < t.ndim && d < OPF_MAX_DIMS; ++d)
-    if (t.shape[d] < 0)
-      failf("%s: argument %d (%s) has negative size %lld in dim %d", c->entry, i, name,
-            (long long)t.shape[d], d);
+  // Argument i, one tensor named `name`, dense row-major unless `view`. No negative sizes.
+  const opf_tensor& tensor(int i, const char* name, bool view = false) const {
+    const opf_arg& a = c_->args[i];
+    if (a.count != 1 || !a.tensors) failf("%s: argument %d (%s) must be one tensor, got %d", entry(), i, name, a.count);
+    check_tensor(a.tensors[0], i, name, view);
+    return a.tensors[0];
+  }
+  // Argument i, a list named `name` (may be empty).
+  std::span<const opf_tensor> list(int i, const char* name, bool view = false) const {
+    const opf_arg& a = c_->args[i];
+    if (a.count < 0 || (a.count > 0 && !a.tensors)) failf("%s: list argument %d (%s) is malformed", entry(), i, name);
+    for (int k = 0; k < a.count; ++k) check_tensor(a.tensors[k], i, name, view);
+    return {a.tensors, size_t(a.count)};
+  }
+
+  double f64(int i, const char* name) const { return param(i, name, OPF_PARAM_F64).f64; }
+  int64_t i64(int i, const char* name) const { return param(i, name, OPF_PARAM_I64).i64; }
+  bool flag(int i, const char* name) const { return param(i, name, OPF_PARAM_BOOL).i64 != 0; }
+  int64_t choice(int i, const char* name) const { return param(i, name, OPF_PARAM_ENUM).i64; }
+
+ private:
+  const opf_param& param(int i, const char* name, int32_t type) const {
+    const opf_param& p = c_->params[i];
+    if (p.type != type) failf("%s: param %d (%s) has the wrong type", entry(), i, name);
+    return p;
+  }
+  void check_tensor(const opf_tensor& t, int i, const char* name, bool view) const {
+    if (t.ndim < 0 || t.ndim > OPF_MAX_DIMS) failf("%s: argument %d (%s) has %d dims", entry(), i, name, t.ndim);
+    int64_t expect = 1;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      if (t.shape[d] < 0)
+        failf("%s: argument %d (%s) has negative size %lld in dim %d", entry(), i, name, (long long)t.shape[d], d);
+      if (!view && t.shape[d] > 1 && t.strides[d] != expect)
+        failf("%s: argument %d (%s) is not contiguous (stride %lld in dim %d, expected %lld); this op takes dense tensors here",
+              entry(), i, name, (long long)t.strides[d], d, (long long)expect);
+      expect *= t.shape[d];
+    }
+  }
+  const opf_call* c_;
+};
+
+inline int64_t numel(const opf_tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
 }
 
 // The leading argument: a float (f32/f16/bf16) tensor of `ndim` dims laid out as `layout` (e.g.
-// "[rows, cols]") with no negative size. The other arguments are checked against its shape.
-inline const opf_tensor& expect_lead(const opf_call* c, int i, const char* name, int32_t ndim,
-                                     const char* layout) {
-  const opf_tensor& t = c->args[i];
-  if (t.ndim != ndim || !(t.dtype == OPF_F32 || t.dtype == OPF_F16 || t.dtype == OPF_BF16))
-    failf("%s: argument %d (%s) must be a %d-D f32/f16/bf16 tensor %s", c->entry, i, name, ndim, layout);
-  expect_dims(c, i, name);
+// "[rows, cols]"). The other arguments are checked against its shape.
+inline const opf_tensor& expect_lead(const Args& a, int i, const char* name, int32_t ndim, const char* layout) {
+  const opf_tensor& t = a.tensor(i, name);
+  if (t.ndim != ndim || !is_float_storage(t.dtype))
+    failf("%s: argument %d (%s) must be a %d-D f32/f16/bf16 tensor %s", a.entry(), i, name, ndim, layout);
   return t;
 }
 
-// Argument i must be named `name` in the contract, have dtype `dtype` and exactly `shape`.
-inline const opf_tensor& expect_arg(const opf_call* c, int i, const char* name, int32_t dtype,
-                                    std::initializer_list<int64_t> shape) {
-  const opf_tensor& t = c->args[i];
+// Tensor t (argument i, `name`) must have dtype `dtype` and exactly `shape`, and data if non-empty.
+inline const opf_tensor& expect_shape(const Args& a, const opf_tensor& t, int i, const char* name, int32_t dtype,
+                                      std::initializer_list<int64_t> shape) {
   if (t.dtype != dtype)
-    failf("%s: argument %d (%s) has dtype %s, expected %s", c->entry, i, name, dtype_str(t.dtype),
-          dtype_str(dtype));
+    failf("%s: argument %d (%s) has dtype %s, expected %s", a.entry(), i, name, dtype_str(t.dtype), dtype_str(dtype));
   if (t.ndim != int32_t(shape.size()))
-    failf("%s: argument %d (%s) has %d dims, expected %zu", c->entry, i, name, t.ndim, shape.size());
+    failf("%s: argument %d (%s) has %d dims, expected %zu", a.entry(), i, name, t.ndim, shape.size());
   int d = 0;
+  int64_t n = 1;
   for (int64_t s : shape) {
     if (t.shape[d] != s)
-      failf("%s: argument %d (%s) has size %lld in dim %d, expected %lld", c->entry, i, name,
-            (long long)t.shape[d], d, (long long)s);
+      failf("%s: argument %d (%s) has size %lld in dim %d, expected %lld", a.entry(), i, name, (long long)t.shape[d], d,
+            (long long)s);
+    n *= s;
     ++d;
   }
-  if (t.data == nullptr && shape.size() > 0) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    if (n > 0) failf("%s: argument %d (%s) has no data", c->entry, i, name);
-  }
+  if (t.data == nullptr && n > 0) failf("%s: argument %d (%s) has no data", a.entry(), i, name);
   return t;
+}
+
+// Argument i: one dense tensor named `name` with dtype `dtype` and exactly `shape`.
+inline const opf_tensor& expect_arg(const Args& a, int i, const char* name, int32_t dtype,
+                                    std::initializer_list<int64_t> shape) {
+  return expect_shape(a, a.tensor(i, name), i, name, dtype, shape);
 }
 
 }  // namespace opf::cpu

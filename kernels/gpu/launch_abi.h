@@ -20,9 +20,10 @@
  *   bytes of device memory (uninitialised; NULL when that is 0). It is reused between calls of the
  *   same module, so calls of one module must be ordered (one stream, or synchronised).
  *
- * Arguments. ptr[i] = the call's tensor i in OpSpec::describe order (ref.cpp), rows/cols come from
+ * Arguments. ptr[i] = the call's argument i in manifest order (kernels/manifest.toml), rows/cols come from
  * tensor 0: cols = its last dimension, rows = the product of the others; shape/ndim are its full
- * shape for ops that need more; param[] = manifest `params` in manifest order.
+ * shape for ops that need more; param[] = manifest `params` in manifest order (i64, bool and enum
+ * params as doubles).
  *
  * Plain C, no includes, fixed-width-free types: NVRTC and hiprtc compile this without host headers;
  * `long long`, `double` and pointers have the same size and alignment on the host (LP64) and on
@@ -33,7 +34,7 @@
 
 #define OPF_GPU_MAX_ARGS 12
 #define OPF_GPU_MAX_DIMS 6  /* = OPF_MAX_DIMS (abi.h) */
-#define OPF_GPU_MAX_PARAMS 4
+#define OPF_GPU_MAX_PARAMS 8
 #define OPF_GPU_MAX_STAGES 4
 
 /* What a grid or workspace size scales with. */

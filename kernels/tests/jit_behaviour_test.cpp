@@ -79,7 +79,7 @@ class JitTest : public ::testing::Test {
 
   // The synthetic module: returns OPF_TEST_VALUE (from a local header); `spin` adds that many
   // squared constexpr iterations of compile time; `broken` makes it fail to compile.
-  void make_tree(int value, int spin = 0, bool broken = false) {
+  void make_tree(int value, int spin = 0, bool broken = false, unsigned abi = OPF_ABI_VERSION) {
     fs::create_directories(src / "kernels");
     if (!fs::exists(src / "kernels" / "include"))
       fs::copy(build::source_root() + "/kernels/include", src / "kernels" / "include", fs::copy_options::recursive);
@@ -89,8 +89,11 @@ class JitTest : public ::testing::Test {
       s += "constexpr long spin() { long x = 0; for (int i = 0; i < " + std::to_string(spin) + "; ++i) for (int j = 0; j < " +
            std::to_string(spin) + "; ++j) x += (i ^ j) % 7; return x; }\nstatic_assert(spin() > 0);\n";
     if (broken) s += "this is not C++;\n";
-    s += "static int run(const opf_call*, char*, size_t) { return OPF_TEST_VALUE; }\n";
-    s += "OPF_DEFINE_MODULE(\"" + op->name + "\", \"cpu\", \"test\", run)\n";
+    // run() returns the value itself (not the ABI's 0/1), so tests can tell builds apart
+    s += "extern \"C\" OPF_EXPORT const opf_module_info* opf_module(void) {\n"
+         "  static const opf_module_info info{" + std::to_string(abi) + "u, \"" + op->name + "\", \"cpu\", \"test\",\n"
+         "      [](const opf_module_info*, const opf_call*, char*, size_t) { return OPF_TEST_VALUE; }, nullptr, nullptr};\n"
+         "  return &info;\n}\n";
     write_text(op_dir() / "cpu.cpp", s);
   }
   void set_value(int value) {
@@ -179,7 +182,7 @@ TEST_F(JitTest, SecondLoadIsACacheHitInProcessAndAcrossProcesses) {
   EXPECT_EQ(first.path, (cache_dir() / first.cache_key / "module.so").string());
   EXPECT_TRUE(fs::exists(cache_dir() / first.cache_key / "meta.json"));
   EXPECT_FALSE(fs::exists(cache_dir() / (".tmp." + first.cache_key + "." + std::to_string(::getpid()))));
-  opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr};
+  opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr, nullptr};
   char err[64];
   EXPECT_EQ(first.info->run(first.info, &call, err, sizeof err), 42);
   std::printf("cold JIT compile of the synthetic module: %.3f s\n", first.load_seconds);
@@ -327,7 +330,7 @@ TEST_F(JitTest, BuilderKilledWithSigkillLeavesNoStaleLock) {
   EXPECT_EQ(m.source, ModuleSource::jit_compiled);
   EXPECT_EQ(L.stats().compiles, s0.compiles + 1);
   EXPECT_EQ(L.stats().lock_waits, s0.lock_waits) << "the next load waited on a dead builder's lock";
-  opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr};
+  opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr, nullptr};
   char err[64];
   EXPECT_EQ(m.info->run(m.info, &call, err, sizeof err), 9);
   EXPECT_FALSE(fs::exists(tmpdir)) << "the next builder left the dead builder's temp dir behind";
@@ -424,6 +427,21 @@ TEST_F(JitTest, CompileErrorReportsTheCompilerLogPath) {
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
   EXPECT_NE(read_text(log).find("error"), std::string::npos) << "log has no compiler diagnostic";
   EXPECT_FALSE(fs::exists(cache_dir() / key())) << "a failed build was published";
+}
+
+// A module built against ABI v1 (an old cache entry, a stale module dir) is refused by name.
+TEST_F(JitTest, OldAbiModuleIsRefusedWithOneLineNamingIt) {
+  make_tree(5, 0, false, /*abi=*/1);
+  std::string msg;
+  try {
+    Loader::instance().load(*op, "cpu");
+    FAIL() << "an ABI v1 module loaded";
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find((cache_dir() / key() / "module.so").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ABI version 1, expected " + std::to_string(OPF_ABI_VERSION)), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
 }
 
 TEST_F(JitTest, UnwritableCacheDirGivesAClearError) {

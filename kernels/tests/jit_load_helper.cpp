@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
                 s.prebuilt_loads, std::string(opf::module_source_name(m.source)).c_str(), m.path.c_str());
     if (run) {
       // the tests' synthetic modules return a value compiled in from a local header
-      opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr};
+      opf_call call{"forward", nullptr, 0, nullptr, 0, nullptr, nullptr};
       char err[256] = {0};
       std::printf(" run=%d", m.info->run(m.info, &call, err, sizeof err));
     }

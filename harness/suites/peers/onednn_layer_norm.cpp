@@ -1,7 +1,7 @@
 // oneDNN 2.6 layer normalization as a peer of layer_norm (forward_training and backward with
 // scale and shift, f32 stats). oneDNN 2.6 needs equal src/dst dtypes and keeps scale/shift in
 // f32, so bf16 runs read our bf16 data with f32 gamma/beta; f16 is not implemented on its CPU path
-// (reported as unsupported). One OpenMP thread: our CPU kernels and the probe are single-threaded.
+// (reported as unsupported). OpenMP threads: the benchmark's thread count, as our kernels and the probe.
 #include <omp.h>
 
 #include <cmath>
@@ -69,7 +69,7 @@ const HostArg& arg(const DrawnCase& d, std::string_view name) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn) : backward_(c.entry == "backward") {
-    omp_set_num_threads(1);
+    omp_set_num_threads(c.threads);
     make_descs(c, d_);
     const double eps = eps_ = c.params.get("eps");
     auto data_mem = [&](const HostArg& h) {  // same bits: f32 as f32, bf16 as bf16
@@ -149,6 +149,6 @@ std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { retur
 
 }  // namespace
 
-OPF_PEER_ADAPTER(onednn_layer_norm, "onednn", "layer_norm", "1", unsupported, make);
+OPF_PEER_ADAPTER(onednn_layer_norm, "onednn", "layer_norm", unsupported, make);
 
 }  // namespace opf::suites::peers

@@ -30,11 +30,11 @@ struct PeerCase {
   DType dtype;
   const Shape& shape;
   const Params& params;
+  int threads = 1;  // the peer runs with this many threads (the benchmark's thread count)
 };
 
 struct Adapter {
   std::string lib, op;
-  std::string threads;  // how many threads the peer uses, for the report ("1")
   // Empty when the peer computes this case; otherwise why not (cheap: no data touched).
   std::string (*unsupported)(const PeerCase& c);
   // Sets up the peer's buffers from the drawn case (our inputs, in our dtypes).

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "core/gpu_backend.h"
+#include "opforge/call.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/manifest.h"
@@ -141,28 +142,8 @@ struct DeviceBuffers {
 };
 
 // ------------------------------------------------------------------ storage conversions
-double decode(DType t, const unsigned char* p) {
-  switch (t) {
-    case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
-    case DType::u8: return *p;
-    case DType::i64: { int64_t i; std::memcpy(&i, p, 8); return double(i); }
-  }
-  return NAN;
-}
-
-void encode(DType t, double v, unsigned char* p) {
-  switch (t) {
-    case DType::f32: { float f = float(v); std::memcpy(p, &f, 4); return; }
-    case DType::f64: std::memcpy(p, &v, 8); return;
-    case DType::f16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(p, &h, 2); return; }
-    case DType::bf16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(p, &h, 2); return; }
-    case DType::u8: *p = (unsigned char)v; return;
-    case DType::i64: { int64_t i = int64_t(v); std::memcpy(p, &i, 8); return; }
-  }
-}
+double decode(DType t, const unsigned char* p) { return load_element(t, p, 0); }
+void encode(DType t, double v, unsigned char* p) { store_element(t, p, 0, v); }
 
 double round_to(DType t, double v) {
   unsigned char b[8];
@@ -195,7 +176,7 @@ struct Case {
 
 void run_case(const Case& c) {
   const Params params = c.op->default_params();
-  CaseDesc desc = c.op->spec->describe(c.entry, c.dtype, c.shape, params);
+  CaseDesc desc = describe_case(*c.op, c.entry, c.dtype, c.shape, params);
   if (!desc.unsupported.empty()) GTEST_SKIP() << desc.unsupported;
   const uint64_t seed = base_seed() ^ fnv1a(c.name);
   std::printf("seed %" PRIu64 " (OPFORGE_SEED=%" PRIu64 ")\n", seed, base_seed());
@@ -219,29 +200,25 @@ void run_case(const Case& c) {
       for (auto& v : ref[i].v) v = round_to(desc.args[i].dtype, v);
 
   std::vector<std::vector<unsigned char>> buf(n);
-  std::vector<opf_tensor> tensors(n);
   for (size_t i = 0; i < n; ++i) {
     const ArgDesc& a = desc.args[i];
     const size_t es = dtype_size(a.dtype);
     buf[i].assign(ref[i].v.size() * es + 64, 0xff);  // poison (NaN for every float dtype) + guard
     if (a.role != Role::out)
       for (size_t j = 0; j < ref[i].v.size(); ++j) encode(a.dtype, ref[i].v[j], &buf[i][j * es]);
-    tensors[i] = opf_tensor{buf[i].data(), int32_t(a.dtype), int32_t(a.shape.size()), {}};
-    for (size_t d = 0; d < a.shape.size(); ++d) tensors[i].shape[d] = a.shape[d];
   }
   const std::vector<std::vector<unsigned char>> inputs_before = buf;
-  std::vector<double> pvals;
-  for (const auto& [k, v] : params.values) pvals.push_back(v);
   c.op->spec->reference(c.entry, ref, params);
 
   const opf_module_info* m = nullptr;
   ASSERT_NO_THROW(m = emu_module(*c.op, c.warp));
   Device& dev = emu_backend().device();
   DeviceBuffers on_device(dev);
-  for (size_t i = 0; i < n; ++i) tensors[i].data = on_device.upload(buf[i]);  // poison and guard too
-  opf_call call{c.entry.c_str(), tensors.data(), int32_t(n), pvals.data(), int32_t(pvals.size()), nullptr};
-  char err[512] = {};
-  ASSERT_EQ(m->run(m, &call, err, sizeof err), 0) << err;
+  CallBuilder call(*c.op, c.entry);
+  call.params(params);
+  for (size_t i = 0; i < n; ++i)  // poison and guard too
+    call.add(desc.args[i].name, on_device.upload(buf[i]), desc.args[i].dtype, desc.args[i].shape);
+  ASSERT_NO_THROW(call.run(m));
   dev.synchronize();
   for (size_t i = 0; i < n; ++i) dev.to_host(buf[i].data(), on_device.ptr[i], buf[i].size());
 
@@ -294,18 +271,21 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
   const opf_module_info* m = emu_module(*op, 32);
   std::vector<float> x(16, 1.0f), g(8, 1.0f), b(8, 0.0f), y(16), mean(2), rstd(2);
   auto t = [](void* p, DType d, std::vector<int64_t> shape) {
-    opf_tensor r{p, int32_t(d), int32_t(shape.size()), {}};
-    for (size_t i = 0; i < shape.size(); ++i) r.shape[i] = shape[i];
+    opf_tensor r{p, int32_t(d), int32_t(shape.size()), {}, {}};
+    const Shape st = contiguous_strides(shape);
+    for (size_t i = 0; i < shape.size(); ++i) r.shape[i] = shape[i], r.strides[i] = st[i];
     return r;
   };
   std::vector<opf_tensor> args = {t(x.data(), DType::f32, {2, 8}), t(g.data(), DType::f32, {8}),
                                   t(b.data(), DType::f32, {8}),     t(y.data(), DType::f32, {2, 8}),
                                   t(mean.data(), DType::f32, {2}),  t(rstd.data(), DType::f32, {2})};
-  const double eps = 1e-5;
+  opf_param eps{"eps", OPF_PARAM_F64, 0, 1e-5, 0};
   char err[512];
   auto run = [&](const char* entry, int nargs) {
     err[0] = 0;
-    opf_call c{entry, args.data(), nargs, &eps, 1, nullptr};
+    std::vector<opf_arg> a;
+    for (int i = 0; i < nargs; ++i) a.push_back(opf_arg{1, &args[size_t(i)]});
+    opf_call c{entry, a.data(), nargs, &eps, 1, nullptr, nullptr};
     return m->run(m, &c, err, sizeof err);
   };
   ASSERT_EQ(run("forward", 6), 0) << err;  // the well-formed call works
@@ -335,8 +315,8 @@ void register_cases() {
               if (!sname.empty()) sname += 'x';
               sname += std::to_string(d);
             }
-            Case c{&op, warp, *dtype_from_name(dname), entry, shape,
-                   op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry + "/" + sname};
+            Case c{&op, warp, *dtype_from_name(dname), entry.name, shape,
+                   op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry.name + "/" + sname};
             const std::string name = c.name;
             ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                     [c]() -> ::testing::Test* { return new EmuTest(c); });

@@ -139,7 +139,8 @@ std::vector<Embedded> offload_bundle_entries(const std::string& b) {
 
 std::vector<std::string> launch_problems(const ElfImage& img, const OpInfo& op) {
   std::vector<std::string> problems;
-  for (const auto& entry : op.entries) {
+  for (const auto& entry_info : op.entries) {
+    const std::string& entry = entry_info.name;
     const std::string pname = detail::gpu_plan_name(op.name, entry);
     auto it = img.symbols.find(pname);
     if (it == img.symbols.end() || it->second.function) {

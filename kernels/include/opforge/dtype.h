@@ -11,7 +11,7 @@
 
 namespace opf {
 
-enum class DType : int32_t { f32 = OPF_F32, f16 = OPF_F16, bf16 = OPF_BF16, f64 = OPF_F64, u8 = OPF_U8, i64 = OPF_I64 };
+enum class DType : int32_t { f32 = OPF_F32, f16 = OPF_F16, bf16 = OPF_BF16, f64 = OPF_F64, u8 = OPF_U8, i64 = OPF_I64, i32 = OPF_I32 };
 
 constexpr std::string_view dtype_name(DType d) {
   switch (d) {
@@ -21,6 +21,7 @@ constexpr std::string_view dtype_name(DType d) {
     case DType::f64: return "f64";
     case DType::u8: return "u8";
     case DType::i64: return "i64";
+    case DType::i32: return "i32";
   }
   return "?";
 }
@@ -33,6 +34,7 @@ constexpr size_t dtype_size(DType d) {
     case DType::f64: return 8;
     case DType::u8: return 1;
     case DType::i64: return 8;
+    case DType::i32: return 4;
   }
   return 0;
 }
@@ -99,6 +101,36 @@ inline uint16_t f32_to_f16(float f) {
 #else
 #error "opforge needs a compiler with _Float16 for host-side f16 conversion"
 #endif
+}
+
+// Element i of a buffer of dtype t, as a double (f16/bf16 widened exactly).
+inline double load_element(DType t, const void* base, int64_t i) {
+  const unsigned char* b = static_cast<const unsigned char*>(base);
+  switch (t) {
+    case DType::f32: { float v; std::memcpy(&v, b + 4 * i, 4); return v; }
+    case DType::f16: { uint16_t h; std::memcpy(&h, b + 2 * i, 2); return f16_to_f32(h); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h); }
+    case DType::f64: { double v; std::memcpy(&v, b + 8 * i, 8); return v; }
+    case DType::u8: return double(b[i]);
+    case DType::i64: { int64_t v; std::memcpy(&v, b + 8 * i, 8); return double(v); }
+    case DType::i32: { int32_t v; std::memcpy(&v, b + 4 * i, 4); return double(v); }
+  }
+  return 0;
+}
+
+// Stores v as element i of a buffer of dtype t, rounding to nearest (f16/bf16 via f32: the
+// double rounding this may cause is harmless, the stored value is what counts).
+inline void store_element(DType t, void* base, int64_t i, double v) {
+  unsigned char* b = static_cast<unsigned char*>(base);
+  switch (t) {
+    case DType::f32: { float f = float(v); std::memcpy(b + 4 * i, &f, 4); return; }
+    case DType::f16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(b + 2 * i, &h, 2); return; }
+    case DType::bf16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(b + 2 * i, &h, 2); return; }
+    case DType::f64: std::memcpy(b + 8 * i, &v, 8); return;
+    case DType::u8: b[i] = uint8_t(v); return;
+    case DType::i64: { int64_t x = int64_t(v); std::memcpy(b + 8 * i, &x, 8); return; }
+    case DType::i32: { int32_t x = int32_t(v); std::memcpy(b + 4 * i, &x, 4); return; }
+  }
 }
 
 }  // namespace opf

@@ -1,4 +1,4 @@
-// Helpers for writing a CPU op module (cpu.cpp): the exported ABI table and argument checks.
+// Helpers for writing a CPU op module (cpu.cpp): the exported ABI table and error handling.
 #pragma once
 
 #include <cstdio>
@@ -21,15 +21,12 @@ struct CallError {
   throw e;
 }
 
-inline void expect_args(const opf_call* c, int n) {
-  if (c->nargs != n) fail("%sexpected %lld tensor arguments", "", n);
-}
-
-// Runs body(call) and turns exceptions into the ABI's (status, message).
+// Runs body(call, execute) and turns exceptions into the ABI's (status, message).
 template <class F>
-int guarded(const opf_call* call, char* err, size_t len, F&& body) {
+int guarded(const opf_call* call, bool execute, char* err, size_t len, F&& body) {
   try {
-    body(call);
+    if (!call) fail("no call");
+    body(call, execute);
     return 0;
   } catch (const CallError& e) {
     std::snprintf(err, len, "%s", e.msg);
@@ -43,13 +40,19 @@ int guarded(const opf_call* call, char* err, size_t len, F&& body) {
 
 }  // namespace opf::module
 
-// Defines the one exported symbol of a CPU module. ISA is a const char* expression;
-// RUN is int(const opf_call*, char* err, size_t len).
-#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, RUN)                                              \
-  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                             \
-    static const opf_module_info info{                                                        \
-        OPF_ABI_VERSION, OP, BACKEND, ISA,                                                    \
-        [](const opf_module_info*, const opf_call* c, char* e, size_t n) { return RUN(c, e, n); }, \
-        nullptr};                                                                             \
-    return &info;                                                                             \
+// Defines the one exported symbol of a CPU module. ISA is a const char* expression; BODY is
+// void(const opf_call* call, bool execute): it checks the call (failing with one line) and, when
+// execute is true, computes it. supports() runs the same checks without computing.
+#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, BODY)                                               \
+  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                               \
+    static const opf_module_info info{                                                          \
+        OPF_ABI_VERSION, OP, BACKEND, ISA,                                                      \
+        [](const opf_module_info*, const opf_call* c, char* e, size_t n) {                      \
+          return opf::module::guarded(c, true, e, n, BODY);                                     \
+        },                                                                                      \
+        [](const opf_module_info*, const opf_call* c, char* e, size_t n) {                      \
+          return opf::module::guarded(c, false, e, n, BODY);                                    \
+        },                                                                                      \
+        nullptr};                                                                               \
+    return &info;                                                                               \
   }

@@ -1,13 +1,16 @@
 // layer_norm — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
 // running CPU; the JIT builds only the host target (-march=native -DHWY_COMPILE_ONLY_STATIC).
-// One thread. Each row is read from memory once and revisited in L1/L2:
+// Rows are split into tasks on the caller's thread pool (cpu/parallel.h): task boundaries depend
+// only on the shape, so any thread count gives the same bits. Each row is read from memory once
+// and revisited in L1/L2:
 //   forward: mean, then the corrected two-pass variance (sum of squared deviations minus the
 //            squared sum of deviations / n — robust to large means, unlike E[x^2] - E[x]^2),
 //            then y. f16/bf16 rows are re-widened on every pass: cheaper than f32 copies, which
 //            would double the row's cache footprint.
 //   backward: one pass for the row sums and dgamma/dbeta partials, one for dx. Column sums are
-//            f32 partials over OPF_TUNE_REDUCE_ROWS rows flushed into f64 totals: deterministic,
-//            and the long reduction over rows does not lose f32 precision.
+//            f32 partials over OPF_TUNE_REDUCE_ROWS rows flushed into a per-task f64 total; the
+//            task totals are added in task order: deterministic, and the long reduction over
+//            rows does not lose f32 precision.
 // Arithmetic as written: no implicit a*b+c -> fma contraction (GCC's C++ default), so that
 // e.g. g*dy - sum(g*dy) is exactly 0 for a one-column row, and every target and the JIT build
 // round the same expressions. Explicit fused ops are hn::MulAdd. First line of the TU on purpose:
@@ -34,11 +37,13 @@
 
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
+#include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
 namespace opf::layer_norm_cpu {
 struct Forward {
+  const opf_host* host;
   int32_t dtype;
   int64_t rows, cols;
   const void *x, *gamma, *beta;
@@ -47,6 +52,7 @@ struct Forward {
   float eps;
 };
 struct Backward {
+  const opf_host* host;
   int32_t dtype;
   int64_t rows, cols;
   const void *dy, *x, *gamma;
@@ -110,7 +116,9 @@ void ForwardT(const Forward& a) {
   }
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  for (int64_t i = 0; i < a.rows; ++i) {
+  const int64_t chunk = opf::cpu::rows_per_task(a.rows, 2.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
     const float mean0 = RowSum(d, x, n) * inv_n;
@@ -118,8 +126,8 @@ void ForwardT(const Forward& a) {
     const auto vm0 = hn::Set(d, mean0);
     auto s0 = hn::Zero(d), s1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
     // this pass and the next run from cache: fetch the next row meanwhile
-    const S* x_next = i + 1 < a.rows ? x + a.cols : x;
-    S* y_next = i + 1 < a.rows ? y + a.cols : y;
+    const S* x_next = i + 1 < r1 ? x + a.cols : x;
+    S* y_next = i + 1 < r1 ? y + a.cols : y;
     size_t j = 0;
     for (; j + 2 * N <= n; j += 2 * N) {
       PrefetchSpan(x_next + j, 2 * N);
@@ -158,82 +166,87 @@ void ForwardT(const Forward& a) {
     a.mean[i] = mean;
     a.rstd[i] = r;
   }
-  if (stream) hwy::FlushStream();
+  if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
+  });
 }
 
 template <class S>
 void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
-  // f32 column partials (dgamma, dbeta) and gamma; the second pass re-widens x, dy from cache
-  // (cheaper than keeping f32 copies, which would double the row's cache footprint)
-  auto scratch = hwy::AllocateAligned<float>(3 * n);
-  float *pdg = scratch.get(), *pdb = pdg + n;
-  float* g = pdb + n;
-  std::vector<double> tdg(n, 0.0), tdb(n, 0.0);
-  std::memset(pdg, 0, 2 * n * sizeof(float));
+  auto gamma = hwy::AllocateAligned<float>(n);
+  float* g = gamma.get();
   Widen(static_cast<const S*>(a.gamma), g, n);
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  for (int64_t i = 0; i < a.rows; ++i) {
-    const S* x = static_cast<const S*>(a.x) + i * a.cols;
-    const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
-    S* dx = static_cast<S*>(a.dx) + i * a.cols;
-    const float mean = a.mean[i], r = a.rstd[i];
-    const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
+  std::vector<double> sums;  // dgamma then dbeta, f64
+  opf::cpu::parallel_column_sums(a.host, a.rows, OPF_TUNE_REDUCE_ROWS, 2 * n, sums, [&](int64_t r0, int64_t r1, double* tdg) {
+    // f32 column partials (dgamma, dbeta); the second pass re-widens x, dy from cache
+    // (cheaper than keeping f32 copies, which would double the row's cache footprint)
+    auto scratch = hwy::AllocateAligned<float>(2 * n);
+    float *pdg = scratch.get(), *pdb = pdg + n;
+    double* tdb = tdg + n;
+    std::memset(pdg, 0, 2 * n * sizeof(float));
+    for (int64_t i = r0; i < r1; ++i) {
+      const S* x = static_cast<const S*>(a.x) + i * a.cols;
+      const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
+      S* dx = static_cast<S*>(a.dx) + i * a.cols;
+      const float mean = a.mean[i], r = a.rstd[i];
+      const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
 
-    auto sg = hn::Zero(d), sgx = hn::Zero(d);
-    size_t j = 0;
-    for (; j + N <= n; j += N) {
-      const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-      const auto xh = hn::Mul(hn::Sub(xv, vm), vr);
-      const auto gd = hn::Mul(hn::LoadU(d, g + j), dyv);
-      sg = hn::Add(sg, gd);
-      sgx = hn::MulAdd(gd, xh, sgx);
-      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
-      hn::StoreU(hn::Add(dyv, hn::LoadU(d, pdb + j)), d, pdb + j);
-    }
-    float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
-    for (; j < n; ++j) {
-      const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-      const float xh = (xv - mean) * r, gd = g[j] * dyv;
-      sum_g += gd;
-      sum_gx += gd * xh;
-      pdg[j] += dyv * xh;
-      pdb[j] += dyv;
-    }
-
-    // dx = r/n * (n*g*dy - sum_g - xhat*sum_gx)
-    const float c1 = sum_g * inv_n, c2 = sum_gx * inv_n;
-    const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
-    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
-    WriteRow(
-        d, dx, n, stream,
-        [&](size_t k) {
-          PrefetchSpan(x + next + k, N);
-          PrefetchSpan(dy + next + k, N);
-          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-          const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
-          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
-          return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
-        },
-        [&](size_t k) {
-          return r * (g[k] * to_f32(dy[k]) - std::fma((to_f32(x[k]) - mean) * r, c2, c1));
-        });
-
-    if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
-      for (size_t k = 0; k < n; ++k) {
-        tdg[k] += double(pdg[k]);
-        tdb[k] += double(pdb[k]);
+      auto sg = hn::Zero(d), sgx = hn::Zero(d);
+      size_t j = 0;
+      for (; j + N <= n; j += N) {
+        const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
+        const auto xh = hn::Mul(hn::Sub(xv, vm), vr);
+        const auto gd = hn::Mul(hn::LoadU(d, g + j), dyv);
+        sg = hn::Add(sg, gd);
+        sgx = hn::MulAdd(gd, xh, sgx);
+        hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
+        hn::StoreU(hn::Add(dyv, hn::LoadU(d, pdb + j)), d, pdb + j);
       }
-      std::memset(pdg, 0, 2 * n * sizeof(float));
+      float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
+      for (; j < n; ++j) {
+        const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
+        const float xh = (xv - mean) * r, gd = g[j] * dyv;
+        sum_g += gd;
+        sum_gx += gd * xh;
+        pdg[j] += dyv * xh;
+        pdb[j] += dyv;
+      }
+
+      // dx = r/n * (n*g*dy - sum_g - xhat*sum_gx)
+      const float c1 = sum_g * inv_n, c2 = sum_gx * inv_n;
+      const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
+      const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
+      WriteRow(
+          d, dx, n, stream,
+          [&](size_t k) {
+            PrefetchSpan(x + next + k, N);
+            PrefetchSpan(dy + next + k, N);
+            if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+            const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
+            const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
+            return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
+          },
+          [&](size_t k) {
+            return r * (g[k] * to_f32(dy[k]) - std::fma((to_f32(x[k]) - mean) * r, c2, c1));
+          });
+
+      if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
+        for (size_t k = 0; k < n; ++k) {
+          tdg[k] += double(pdg[k]);
+          tdb[k] += double(pdb[k]);
+        }
+        std::memset(pdg, 0, 2 * n * sizeof(float));
+      }
     }
-  }
-  if (stream) hwy::FlushStream();
+    if (stream) hwy::FlushStream();
+  });
   S *dg = static_cast<S*>(a.dgamma), *db = static_cast<S*>(a.dbeta);
   for (size_t k = 0; k < n; ++k) {
-    dg[k] = from_f32<S>(float(tdg[k]));
-    db[k] = from_f32<S>(float(tdb[k]));
+    dg[k] = from_f32<S>(float(sums[k]));
+    db[k] = from_f32<S>(float(sums[n + k]));
   }
 }
 
@@ -248,44 +261,41 @@ OPF_CPU_EXPORT_ENTRIES()
 
 using namespace opf::cpu;
 
-int run(const opf_call* call, char* err, size_t len) {
-  return opf::module::guarded(call, err, len, [](const opf_call* c) {
-    const std::string_view entry = c->entry ? c->entry : "";
-    expect_nparams(c, 1);
-    if (entry == "forward") {
-      expect_nargs(c, 6);
-      const opf_tensor& x = expect_lead(c, 0, "x", 2, "[rows, cols]");
-      const int64_t rows = x.shape[0], cols = x.shape[1];
-      const int32_t t = x.dtype;
-      Forward a{t, rows, cols, x.data,
-                expect_arg(c, 1, "gamma", t, {cols}).data,
-                expect_arg(c, 2, "beta", t, {cols}).data,
-                expect_arg(c, 3, "y", t, {rows, cols}).data,
-                static_cast<float*>(expect_arg(c, 4, "mean", OPF_F32, {rows}).data),
-                static_cast<float*>(expect_arg(c, 5, "rstd", OPF_F32, {rows}).data),
-                float(c->params[0])};
-      if (rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
-    } else if (entry == "backward") {
-      expect_nargs(c, 8);
-      const opf_tensor& dy = expect_lead(c, 0, "dy", 2, "[rows, cols]");
-      const int64_t rows = dy.shape[0], cols = dy.shape[1];
-      const int32_t t = dy.dtype;
-      Backward a{t, rows, cols, dy.data,
-                 expect_arg(c, 1, "x", t, {rows, cols}).data,
-                 expect_arg(c, 4, "gamma", t, {cols}).data,
-                 static_cast<const float*>(expect_arg(c, 2, "mean", OPF_F32, {rows}).data),
-                 static_cast<const float*>(expect_arg(c, 3, "rstd", OPF_F32, {rows}).data),
-                 expect_arg(c, 5, "dx", t, {rows, cols}).data,
-                 expect_arg(c, 6, "dgamma", t, {cols}).data,
-                 expect_arg(c, 7, "dbeta", t, {cols}).data};
-      if (cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
-    } else {
-      failf("unknown entry '%.40s' (layer_norm has forward, backward)", c->entry ? c->entry : "");
-    }
-  });
+void call(const opf_call* c, bool execute) {
+  const std::string_view entry = c->entry ? c->entry : "";
+  if (entry == "forward") {
+    const Args args(c, 6, 1);
+    const opf_tensor& x = expect_lead(args, 0, "x", 2, "[rows, cols]");
+    const int64_t rows = x.shape[0], cols = x.shape[1];
+    const int32_t t = x.dtype;
+    Forward a{c->host, t, rows, cols, x.data,
+              expect_arg(args, 1, "gamma", t, {cols}).data,
+              expect_arg(args, 2, "beta", t, {cols}).data,
+              expect_arg(args, 3, "y", t, {rows, cols}).data,
+              static_cast<float*>(expect_arg(args, 4, "mean", OPF_F32, {rows}).data),
+              static_cast<float*>(expect_arg(args, 5, "rstd", OPF_F32, {rows}).data),
+              float(args.f64(0, "eps"))};
+    if (execute && rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+  } else if (entry == "backward") {
+    const Args args(c, 8, 1);
+    const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[rows, cols]");
+    const int64_t rows = dy.shape[0], cols = dy.shape[1];
+    const int32_t t = dy.dtype;
+    Backward a{c->host, t, rows, cols, dy.data,
+               expect_arg(args, 1, "x", t, {rows, cols}).data,
+               expect_arg(args, 4, "gamma", t, {cols}).data,
+               static_cast<const float*>(expect_arg(args, 2, "mean", OPF_F32, {rows}).data),
+               static_cast<const float*>(expect_arg(args, 3, "rstd", OPF_F32, {rows}).data),
+               expect_arg(args, 5, "dx", t, {rows, cols}).data,
+               expect_arg(args, 6, "dgamma", t, {cols}).data,
+               expect_arg(args, 7, "dbeta", t, {cols}).data};
+    if (execute && cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+  } else {
+    failf("unknown entry '%.40s' (layer_norm has forward, backward)", c->entry ? c->entry : "");
+  }
 }
 
 }  // namespace opf::layer_norm_cpu
 
-OPF_DEFINE_MODULE("layer_norm", "cpu", opf::layer_norm_cpu::isa(), opf::layer_norm_cpu::run)
+OPF_DEFINE_MODULE("layer_norm", "cpu", opf::layer_norm_cpu::isa(), opf::layer_norm_cpu::call)
 #endif  // HWY_ONCE

@@ -22,42 +22,36 @@
 namespace opf::ops {
 namespace {
 
-CaseDesc describe(std::string_view entry, DType t, const Shape& s, const Params&) {
-  CaseDesc c;
+void describe(CaseDesc& c, const Shape& s, const Params&) {
   if (s.size() != 2) {
     c.unsupported = "layer_norm shapes are [rows, cols]";
-    return c;
+    return;
   }
   const int64_t rows = s[0], cols = s[1];
-  const double e = double(dtype_size(t)), n = double(rows) * double(cols);
-  if (entry == "forward") {
-    c.args = {
-        {"x", Role::in, t, {rows, cols}, {Fill::uniform, -3.0, 5.0}},
-        {"gamma", Role::in, t, {cols}, {Fill::uniform, 0.5, 1.5}},
-        {"beta", Role::in, t, {cols}, {Fill::uniform, -1.0, 1.0}},
-        {"y", Role::out, t, {rows, cols}, {}},
-        {"mean", Role::out, DType::f32, {rows}, {}},
-        {"rstd", Role::out, DType::f32, {rows}, {}},
-    };
+  const double e = double(dtype_size(c.dtype)), n = double(rows) * double(cols);
+  if (c.entry == "forward") {
+    c.set("x", {rows, cols}, {Fill::uniform, -3.0, 5.0});
+    c.set("gamma", {cols}, {Fill::uniform, 0.5, 1.5});
+    c.set("beta", {cols}, {Fill::uniform, -1.0, 1.0});
+    c.set("y", {rows, cols});
+    c.set("mean", {rows});
+    c.set("rstd", {rows});
     c.reduce_len = cols;
     c.bytes = 2 * n * e + 2.0 * cols * e + 8.0 * rows;
     c.flops = 8 * n;
   } else {
-    c.args = {
-        {"dy", Role::in, t, {rows, cols}, {Fill::uniform, -1.0, 1.0}},
-        {"x", Role::in, t, {rows, cols}, {Fill::uniform, -3.0, 5.0}},
-        {"mean", Role::in, DType::f32, {rows}, {}, true},
-        {"rstd", Role::in, DType::f32, {rows}, {}, true},
-        {"gamma", Role::in, t, {cols}, {Fill::uniform, 0.5, 1.5}},
-        {"dx", Role::out, t, {rows, cols}, {}},
-        {"dgamma", Role::out, t, {cols}, {}},
-        {"dbeta", Role::out, t, {cols}, {}},
-    };
+    c.set("dy", {rows, cols}, {Fill::uniform, -1.0, 1.0});
+    c.set("x", {rows, cols}, {Fill::uniform, -3.0, 5.0});
+    c.set("mean", {rows}, {}, true);
+    c.set("rstd", {rows}, {}, true);
+    c.set("gamma", {cols}, {Fill::uniform, 0.5, 1.5});
+    c.set("dx", {rows, cols});
+    c.set("dgamma", {cols});
+    c.set("dbeta", {cols});
     c.reduce_len = std::max(rows, cols);
     c.bytes = 3 * n * e + 3.0 * cols * e + 8.0 * rows;
     c.flops = 12 * n;
   }
-  return c;
 }
 
 // Saved statistics for backward: the forward's f32 mean/rstd of the (stored) x.

@@ -1,10 +1,12 @@
 // rms_norm — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
 // running CPU; the JIT builds only the host target (-march=native -DHWY_COMPILE_ONLY_STATIC).
-// One thread. Each row is read from memory once and revisited in L1/L2:
+// Rows are split into tasks on the caller's thread pool (cpu/parallel.h): task boundaries depend
+// only on the shape, so any thread count gives the same bits. Each row is read from memory once
+// and revisited in L1/L2:
 //   forward: sum of squares, then y. f16/bf16 rows are re-widened on every pass: cheaper than
 //            f32 copies, which would double the row's cache footprint.
 //   backward: one pass for the row sum and the dgamma partials, one for dx. dgamma: f32 partials
-//            over OPF_TUNE_REDUCE_ROWS rows flushed into f64 totals (deterministic).
+//            over OPF_TUNE_REDUCE_ROWS rows flushed into per-task f64 totals, added in task order.
 // Arithmetic as written: no implicit a*b+c -> fma contraction (GCC's C++ default), so that
 // e.g. g*dy - sum(g*dy) is exactly 0 for a one-column row, and every target and the JIT build
 // round the same expressions. Explicit fused ops are hn::MulAdd. First line of the TU on purpose:
@@ -30,11 +32,13 @@
 
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
+#include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
 namespace opf::rms_norm_cpu {
 struct Forward {
+  const opf_host* host;
   int32_t dtype;
   int64_t rows, cols;
   const void *x, *gamma;
@@ -43,6 +47,7 @@ struct Forward {
   float eps;
 };
 struct Backward {
+  const opf_host* host;
   int32_t dtype;
   int64_t rows, cols;
   const void *dy, *x, *gamma;
@@ -88,7 +93,9 @@ void ForwardT(const Forward& a) {
   }
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  for (int64_t i = 0; i < a.rows; ++i) {
+  const int64_t chunk = opf::cpu::rows_per_task(a.rows, 2.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;
     S* y = static_cast<S*>(a.y) + i * a.cols;
     auto q0 = hn::Zero(d), q1 = hn::Zero(d);
@@ -110,7 +117,7 @@ void ForwardT(const Forward& a) {
     const float r = 1.0f / std::sqrt(sq * inv_n + a.eps);
 
     const auto vr = hn::Set(d, r);
-    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
+    const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
     WriteRow(
         d, y, n, stream,
         [&](size_t k) {
@@ -121,69 +128,74 @@ void ForwardT(const Forward& a) {
         [&](size_t k) { return to_f32(x[k]) * r * g[k]; });
     a.rstd[i] = r;
   }
-  if (stream) hwy::FlushStream();
+  if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
+  });
 }
 
 template <class S>
 void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
-  // f32 dgamma partials and gamma; the second pass re-widens x, dy from cache (cheaper than
-  // keeping f32 copies, which would double the row's cache footprint)
-  auto scratch = hwy::AllocateAligned<float>(2 * n);
-  float *pdg = scratch.get(), *g = pdg + n;
-  std::vector<double> tdg(n, 0.0);
-  std::memset(pdg, 0, n * sizeof(float));
+  auto gamma = hwy::AllocateAligned<float>(n);
+  float* g = gamma.get();
   Widen(static_cast<const S*>(a.gamma), g, n);
   const float inv_n = 1.0f / float(n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  for (int64_t i = 0; i < a.rows; ++i) {
-    const S* x = static_cast<const S*>(a.x) + i * a.cols;
-    const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
-    S* dx = static_cast<S*>(a.dx) + i * a.cols;
-    const float r = a.rstd[i];
-    const auto vr = hn::Set(d, r);
+  std::vector<double> sums;  // dgamma, f64
+  opf::cpu::parallel_column_sums(a.host, a.rows, OPF_TUNE_REDUCE_ROWS, n, sums, [&](int64_t r0, int64_t r1, double* tdg) {
+    // f32 dgamma partials; the second pass re-widens x, dy from cache (cheaper than keeping f32
+    // copies, which would double the row's cache footprint)
+    auto scratch = hwy::AllocateAligned<float>(n);
+    float* pdg = scratch.get();
+    std::memset(pdg, 0, n * sizeof(float));
+    for (int64_t i = r0; i < r1; ++i) {
+      const S* x = static_cast<const S*>(a.x) + i * a.cols;
+      const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
+      S* dx = static_cast<S*>(a.dx) + i * a.cols;
+      const float r = a.rstd[i];
+      const auto vr = hn::Set(d, r);
 
-    auto sgx = hn::Zero(d);
-    size_t j = 0;
-    for (; j + N <= n; j += N) {
-      const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-      const auto xh = hn::Mul(xv, vr);
-      sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
-      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
-    }
-    float sum_gx = SumLanes(d, sgx);
-    for (; j < n; ++j) {
-      const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-      const float xh = xv * r;
-      sum_gx += g[j] * dyv * xh;
-      pdg[j] += dyv * xh;
-    }
+      auto sgx = hn::Zero(d);
+      size_t j = 0;
+      for (; j + N <= n; j += N) {
+        const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
+        const auto xh = hn::Mul(xv, vr);
+        sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
+        hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
+      }
+      float sum_gx = SumLanes(d, sgx);
+      for (; j < n; ++j) {
+        const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
+        const float xh = xv * r;
+        sum_gx += g[j] * dyv * xh;
+        pdg[j] += dyv * xh;
+      }
 
-    // dx = r/n * (n*g*dy - xhat*sum_gx)
-    const float c2 = sum_gx * inv_n;
-    const auto vc2 = hn::Set(d, c2);
-    const int64_t next = i + 1 < a.rows ? a.cols : 0;  // this pass runs from cache: fetch the next row
-    WriteRow(
-        d, dx, n, stream,
-        [&](size_t k) {
-          PrefetchSpan(x + next + k, N);
-          PrefetchSpan(dy + next + k, N);
-          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-          const auto xh = hn::Mul(LoadWiden(d, x + k), vr);
-          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
-          return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
-        },
-        [&](size_t k) { return r * std::fma(-(to_f32(x[k]) * r), c2, g[k] * to_f32(dy[k])); });
+      // dx = r/n * (n*g*dy - xhat*sum_gx)
+      const float c2 = sum_gx * inv_n;
+      const auto vc2 = hn::Set(d, c2);
+      const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
+      WriteRow(
+          d, dx, n, stream,
+          [&](size_t k) {
+            PrefetchSpan(x + next + k, N);
+            PrefetchSpan(dy + next + k, N);
+            if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+            const auto xh = hn::Mul(LoadWiden(d, x + k), vr);
+            const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
+            return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
+          },
+          [&](size_t k) { return r * std::fma(-(to_f32(x[k]) * r), c2, g[k] * to_f32(dy[k])); });
 
-    if ((i + 1) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == a.rows) {
-      for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
-      std::memset(pdg, 0, n * sizeof(float));
+      if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
+        for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
+        std::memset(pdg, 0, n * sizeof(float));
+      }
     }
-  }
-  if (stream) hwy::FlushStream();
+    if (stream) hwy::FlushStream();
+  });
   S* dg = static_cast<S*>(a.dgamma);
-  for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(tdg[k]));
+  for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(sums[k]));
 }
 
 OPF_CPU_TARGET_ENTRIES()
@@ -197,40 +209,37 @@ OPF_CPU_EXPORT_ENTRIES()
 
 using namespace opf::cpu;
 
-int run(const opf_call* call, char* err, size_t len) {
-  return opf::module::guarded(call, err, len, [](const opf_call* c) {
-    const std::string_view entry = c->entry ? c->entry : "";
-    expect_nparams(c, 1);
-    if (entry == "forward") {
-      expect_nargs(c, 4);
-      const opf_tensor& x = expect_lead(c, 0, "x", 2, "[rows, cols]");
-      const int64_t rows = x.shape[0], cols = x.shape[1];
-      const int32_t t = x.dtype;
-      Forward a{t, rows, cols, x.data,
-                expect_arg(c, 1, "gamma", t, {cols}).data,
-                expect_arg(c, 2, "y", t, {rows, cols}).data,
-                static_cast<float*>(expect_arg(c, 3, "rstd", OPF_F32, {rows}).data),
-                float(c->params[0])};
-      if (rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
-    } else if (entry == "backward") {
-      expect_nargs(c, 6);
-      const opf_tensor& dy = expect_lead(c, 0, "dy", 2, "[rows, cols]");
-      const int64_t rows = dy.shape[0], cols = dy.shape[1];
-      const int32_t t = dy.dtype;
-      Backward a{t, rows, cols, dy.data,
-                 expect_arg(c, 1, "x", t, {rows, cols}).data,
-                 expect_arg(c, 3, "gamma", t, {cols}).data,
-                 static_cast<const float*>(expect_arg(c, 2, "rstd", OPF_F32, {rows}).data),
-                 expect_arg(c, 4, "dx", t, {rows, cols}).data,
-                 expect_arg(c, 5, "dgamma", t, {cols}).data};
-      if (cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
-    } else {
-      failf("unknown entry '%.40s' (rms_norm has forward, backward)", c->entry ? c->entry : "");
-    }
-  });
+void call(const opf_call* c, bool execute) {
+  const std::string_view entry = c->entry ? c->entry : "";
+  if (entry == "forward") {
+    const Args args(c, 4, 1);
+    const opf_tensor& x = expect_lead(args, 0, "x", 2, "[rows, cols]");
+    const int64_t rows = x.shape[0], cols = x.shape[1];
+    const int32_t t = x.dtype;
+    Forward a{c->host, t, rows, cols, x.data,
+              expect_arg(args, 1, "gamma", t, {cols}).data,
+              expect_arg(args, 2, "y", t, {rows, cols}).data,
+              static_cast<float*>(expect_arg(args, 3, "rstd", OPF_F32, {rows}).data),
+              float(args.f64(0, "eps"))};
+    if (execute && rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+  } else if (entry == "backward") {
+    const Args args(c, 6, 1);
+    const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[rows, cols]");
+    const int64_t rows = dy.shape[0], cols = dy.shape[1];
+    const int32_t t = dy.dtype;
+    Backward a{c->host, t, rows, cols, dy.data,
+               expect_arg(args, 1, "x", t, {rows, cols}).data,
+               expect_arg(args, 3, "gamma", t, {cols}).data,
+               static_cast<const float*>(expect_arg(args, 2, "rstd", OPF_F32, {rows}).data),
+               expect_arg(args, 4, "dx", t, {rows, cols}).data,
+               expect_arg(args, 5, "dgamma", t, {cols}).data};
+    if (execute && cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+  } else {
+    failf("unknown entry '%.40s' (rms_norm has forward, backward)", c->entry ? c->entry : "");
+  }
 }
 
 }  // namespace opf::rms_norm_cpu
 
-OPF_DEFINE_MODULE("rms_norm", "cpu", opf::rms_norm_cpu::isa(), opf::rms_norm_cpu::run)
+OPF_DEFINE_MODULE("rms_norm", "cpu", opf::rms_norm_cpu::isa(), opf::rms_norm_cpu::call)
 #endif  // HWY_ONCE

@@ -1,6 +1,8 @@
 // scaled_masked_softmax — CPU module (contract, incl. fully masked rows: ref.cpp). Highway SIMD:
 // prebuilt modules dispatch on the running CPU; the JIT builds only the host target.
-// One thread. Each row is read from memory once and revisited in L1/L2:
+// Rows are split into tasks on the caller's thread pool (cpu/parallel.h); rows are independent,
+// so any thread count gives the same bits. Each row is read from memory once and revisited in
+// L1/L2:
 //   forward: z = scale*x (or -10000 where masked) and its max into an f32 scratch row, then
 //            exp(z - max) and its sum in place, then y = e / sum. A fully masked row (no zero byte
 //            in its mask row) is written as zeros without computing anything.
@@ -28,6 +30,7 @@
 
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
+#include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -35,6 +38,7 @@ namespace opf::scaled_masked_softmax_cpu {
 constexpr float kMaskedScore = -10000.0f;  // apex's fill for masked scores
 constexpr float kExpFloor = -87.0f;        // exp(-87) ~ 1.6e-38: the smallest normal range
 struct Forward {
+  const opf_host* host;
   int32_t dtype;
   int64_t batch, heads, sq, sk;
   const void* x;
@@ -43,6 +47,7 @@ struct Forward {
   float scale;
 };
 struct Backward {
+  const opf_host* host;
   int32_t dtype;
   int64_t rows, sk;
   void* dy;  // in: dy, out: dx
@@ -70,11 +75,13 @@ template <class S>
 void ForwardT(const Forward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.sk);
-  auto z = hwy::AllocateAligned<float>(n);
   const auto vscale = hn::Set(d, a.scale), vmasked = hn::Set(d, kMaskedScore);
   const int64_t rows = a.batch * a.heads * a.sq;
   const bool stream = double(rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  for (int64_t r = 0; r < rows; ++r) {
+  const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
+  auto z = hwy::AllocateAligned<float>(n);
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t bi = r / (a.heads * a.sq), si = r % a.sq;
     const uint8_t* m = a.mask + (bi * a.sq + si) * a.sk;
     const S* x = static_cast<const S*>(a.x) + r * a.sk;
@@ -111,7 +118,7 @@ void ForwardT(const Forward& a) {
     const auto vmx = hn::Set(d, mx), vfloor = hn::Set(d, kExpFloor);
     auto s0 = hn::Zero(d);
     // passes 2 and 3 run from cache: fetch the next row meanwhile
-    const int64_t next = r + 1 < rows ? a.sk : 0;
+    const int64_t next = r + 1 < r1 ? a.sk : 0;
     const uint8_t* m_next = a.mask + (((r + 1) / (a.heads * a.sq)) * a.sq + (r + 1) % a.sq) * a.sk;
     if (next == 0) m_next = m;
     for (j = 0; j + N <= n; j += N) {
@@ -132,7 +139,8 @@ void ForwardT(const Forward& a) {
         d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z.get() + k), vinv); },
         [&](size_t k) { return z[k] * inv; });
   }
-  if (stream) hwy::FlushStream();
+  if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
+  });
 }
 
 template <class S>
@@ -140,7 +148,9 @@ void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.sk);
   const auto vscale = hn::Set(d, a.scale);
-  for (int64_t r = 0; r < a.rows; ++r) {
+  const int64_t chunk = opf::cpu::rows_per_task(a.rows, 3.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     S* dy = static_cast<S*>(a.dy) + r * a.sk;
     const S* y = static_cast<const S*>(a.y) + r * a.sk;
     auto s0 = hn::Zero(d), s1 = hn::Zero(d);
@@ -154,7 +164,7 @@ void BackwardT(const Backward& a) {
     for (; j < n; ++j) dot += to_f32(dy[j]) * to_f32(y[j]);
 
     const auto vdot = hn::Set(d, dot);
-    const int64_t next = r + 1 < a.rows ? a.sk : 0;  // this pass runs from cache: fetch the next row
+    const int64_t next = r + 1 < r1 ? a.sk : 0;  // this pass runs from cache: fetch the next row
     for (j = 0; j + N <= n; j += N) {
       PrefetchSpan(dy + next + j, N);
       PrefetchSpan(y + next + j, N);
@@ -163,6 +173,7 @@ void BackwardT(const Backward& a) {
     }
     for (; j < n; ++j) dy[j] = from_f32<S>(a.scale * to_f32(y[j]) * (to_f32(dy[j]) - dot));
   }
+  });
 }
 
 OPF_CPU_TARGET_ENTRIES()
@@ -176,35 +187,32 @@ OPF_CPU_EXPORT_ENTRIES()
 
 using namespace opf::cpu;
 
-int run(const opf_call* call, char* err, size_t len) {
-  return opf::module::guarded(call, err, len, [](const opf_call* c) {
-    const std::string_view entry = c->entry ? c->entry : "";
-    expect_nparams(c, 1);
-    const float scale = float(c->params[0]);
-    if (entry == "forward") {
-      expect_nargs(c, 3);
-      const opf_tensor& x = expect_lead(c, 0, "x", 4, "[b, np, sq, sk]");
-      const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
-      Forward a{x.dtype, b, np, sq, sk, x.data,
-                static_cast<const uint8_t*>(expect_arg(c, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
-                expect_arg(c, 2, "y", x.dtype, {b, np, sq, sk}).data, scale};
-      if (sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
-    } else if (entry == "backward") {
-      expect_nargs(c, 2);
-      const opf_tensor& dy = expect_lead(c, 0, "dy", 4, "[b, np, sq, sk]");
-      const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
-      Backward a{dy.dtype, b * np * sq, sk, dy.data,
-                 expect_arg(c, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
-      if (sk > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
-    } else {
-      failf("unknown entry '%.40s' (scaled_masked_softmax has forward, backward)",
-            c->entry ? c->entry : "");
-    }
-  });
+void call(const opf_call* c, bool execute) {
+  const std::string_view entry = c->entry ? c->entry : "";
+  if (entry == "forward") {
+    const Args args(c, 3, 1);
+    const float scale = float(args.f64(0, "scale"));
+    const opf_tensor& x = expect_lead(args, 0, "x", 4, "[b, np, sq, sk]");
+    const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
+    Forward a{c->host, x.dtype, b, np, sq, sk, x.data,
+              static_cast<const uint8_t*>(expect_arg(args, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
+              expect_arg(args, 2, "y", x.dtype, {b, np, sq, sk}).data, scale};
+    if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+  } else if (entry == "backward") {
+    const Args args(c, 2, 1);
+    const float scale = float(args.f64(0, "scale"));
+    const opf_tensor& dy = expect_lead(args, 0, "dy", 4, "[b, np, sq, sk]");
+    const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
+    Backward a{c->host, dy.dtype, b * np * sq, sk, dy.data,
+               expect_arg(args, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
+    if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+  } else {
+    failf("unknown entry '%.40s' (scaled_masked_softmax has forward, backward)", c->entry ? c->entry : "");
+  }
 }
 
 }  // namespace opf::scaled_masked_softmax_cpu
 
 OPF_DEFINE_MODULE("scaled_masked_softmax", "cpu", opf::scaled_masked_softmax_cpu::isa(),
-                  opf::scaled_masked_softmax_cpu::run)
+                  opf::scaled_masked_softmax_cpu::call)
 #endif  // HWY_ONCE

@@ -40,35 +40,29 @@ double stored(DType t, double v) {
   }
 }
 
-CaseDesc describe(std::string_view entry, DType t, const Shape& s, const Params&) {
-  CaseDesc c;
+void describe(CaseDesc& c, const Shape& s, const Params&) {
   if (s.size() != 4) {
     c.unsupported = "scaled_masked_softmax shapes are [b, np, sq, sk]";
-    return c;
+    return;
   }
   const int64_t b = s[0], np = s[1], sq = s[2], sk = s[3];
-  const double e = double(dtype_size(t)), n = double(b) * double(np) * double(sq) * double(sk);
-  if (entry == "forward") {
-    c.args = {
-        // scale * x spans [-5, 5] at the default scale: realistic attention logits
-        {"x", Role::in, t, {b, np, sq, sk}, {Fill::uniform, -40.0, 40.0}},
-        // derived: prepare() draws it from x (p = fill.p) and plants the edge-case rows
-        {"mask", Role::in, DType::u8, {b, 1, sq, sk}, {Fill::mask, 0, 1, 0.25}, true},
-        {"y", Role::out, t, {b, np, sq, sk}, {}},
-    };
+  const double e = double(dtype_size(c.dtype)), n = double(b) * double(np) * double(sq) * double(sk);
+  if (c.entry == "forward") {
+    // scale * x spans [-5, 5] at the default scale: realistic attention logits
+    c.set("x", {b, np, sq, sk}, {Fill::uniform, -40.0, 40.0});
+    // derived: prepare() draws it from x (p = fill.p) and plants the edge-case rows
+    c.set("mask", {b, 1, sq, sk}, {Fill::mask, 0, 1, 0.25}, true);
+    c.set("y", {b, np, sq, sk});
     c.bytes = 2 * n * e + double(b) * double(sq) * double(sk);
     c.flops = 6 * n;
   } else {
-    c.args = {
-        {"dy", Role::inout, t, {b, np, sq, sk}, {Fill::uniform, -1.0, 1.0}},
-        // derived: prepare() draws logits in [lo, hi] from dy and stores their softmax
-        {"y", Role::in, t, {b, np, sq, sk}, {Fill::uniform, -6.0, 2.0}, true},
-    };
+    c.set("dy", {b, np, sq, sk}, {Fill::uniform, -1.0, 1.0});
+    // derived: prepare() draws logits in [lo, hi] from dy and stores their softmax
+    c.set("y", {b, np, sq, sk}, {Fill::uniform, -6.0, 2.0}, true);
     c.bytes = 3 * n * e;
     c.flops = 5 * n;
   }
   c.reduce_len = sk;
-  return c;
 }
 
 // Rows with an edge-case mask, at fixed positions so that every case with more than one mask row

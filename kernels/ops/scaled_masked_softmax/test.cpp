@@ -1,7 +1,8 @@
 // scaled_masked_softmax — edge cases the registry sweep cannot state as "match the reference":
 // the fully-masked-row decision (ref.cpp contract) pinned against the alternatives apex's two
 // backends take, shift invariance far beyond exp's range, the in-place backward, and argument
-// errors. Seeded inputs (seed printed); outputs poisoned before every run.
+// errors. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
+// loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,10 @@
 #include <vector>
 
 #include "opforge/abi.h"
+#include "opforge/call.h"
 #include "opforge/dtype.h"
-
-extern "C" const opf_module_info* opf_module(void);
+#include "opforge/error.h"
+#include "opforge/loader.h"
 
 namespace {
 
@@ -38,30 +40,34 @@ struct Softmax {
   uint8_t* mask_row(int64_t bi, int64_t s) { return &mask[size_t((bi * sq + s) * sk)]; }
 
   int run(const char* entry, double scale, std::string* err = nullptr, bool bad_mask_shape = false) {
-    const opf_module_info* m = opf_module();
-    opf_tensor t[3] = {};
-    auto set = [](opf_tensor& a, void* p, int32_t dt, std::initializer_list<int64_t> s) {
-      a.data = p;
-      a.dtype = dt;
-      a.ndim = int32_t(s.size());
-      int d = 0;
-      for (int64_t v : s) a.shape[d++] = v;
-    };
-    int32_t n = 3;
-    if (std::string(entry) == "forward") {
-      set(t[0], x.data(), OPF_F32, {b, np, sq, sk});
-      set(t[1], mask.data(), OPF_U8, {b, bad_mask_shape ? np : 1, sq, sk});
-      set(t[2], y.data(), OPF_F32, {b, np, sq, sk});
-    } else {
-      set(t[0], dy.data(), OPF_F32, {b, np, sq, sk});
-      set(t[1], y.data(), OPF_F32, {b, np, sq, sk});
-      n = 2;
+    const opf::OpInfo& op = *opf::find_op("scaled_masked_softmax");
+    const opf_module_info* m = opf::Loader::instance().load(op, "cpu").info;
+    using opf::DType;
+    try {
+      if (std::string(entry) != "forward" && std::string(entry) != "backward") {
+        // not an entry of the manifest: the builder refuses it, so call the module directly
+        opf_call raw{entry, nullptr, 0, nullptr, 0, nullptr, nullptr};
+        char msg[256] = "";
+        const int rc = m->run(m, &raw, msg, sizeof msg);
+        if (err) *err = msg;
+        return rc;
+      }
+      opf::CallBuilder call(op, entry);
+      call.param("scale", scale);
+      if (std::string(entry) == "forward") {
+        call.add("x", x.data(), DType::f32, {b, np, sq, sk});
+        call.add("mask", mask.data(), DType::u8, {b, bad_mask_shape ? np : 1, sq, sk});
+        call.add("y", y.data(), DType::f32, {b, np, sq, sk});
+      } else {
+        call.add("dy", dy.data(), DType::f32, {b, np, sq, sk});
+        call.add("y", y.data(), DType::f32, {b, np, sq, sk});
+      }
+      call.run(m);
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
     }
-    opf_call call{entry, t, n, &scale, 1, nullptr};
-    char msg[256] = "";
-    const int rc = m->run(m, &call, msg, sizeof msg);
-    if (err) *err = msg;
-    return rc;
   }
 };
 

@@ -1,0 +1,15 @@
+// The CPU thread pool every op shares (abi.h's opf_host). Ops split work into tasks whose
+// boundaries depend only on the problem, so any thread count gives bitwise the same result.
+#pragma once
+
+#include "opforge/abi.h"
+
+namespace opf {
+
+// $OPFORGE_NUM_THREADS when set (>= 1), else the cores this process may run on.
+// Throws opf::Error naming the variable when it is not a positive integer.
+int default_num_threads();
+// The pool's interface at n threads (n <= 0: default_num_threads()). Lives for the process.
+const opf_host* host_threads(int n = 0);
+
+}  // namespace opf
