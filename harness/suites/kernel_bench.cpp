@@ -187,7 +187,7 @@ void register_cases() {
               const std::string name = peer_case_name(lib, op.name, dt, e.name, shape) + suffix;
               const peers::Adapter* a = peers::find_adapter(lib, op.name);
               if (!a) {
-                not_run.add("no adapter built: harness/suites/peers/" + lib + "_" + op.name +
+                not_run.add("no adapter built: kernels/ops/" + op.name + "/peer_" + lib +
                                 ".cpp missing, or its library not found at configure time", name);
                 continue;
               }

@@ -1,8 +1,9 @@
 // Peer libraries benchmarked beside our kernels, under `peer/<lib>/<op>/<dtype>/<entry>/<shape>`.
 // An op lists its peers in the manifest (`peers = ["onednn"]`); each (lib, op) pair is one adapter
-// file here (`<lib>_<op>.cpp`) that registers itself with OPF_PEER_ADAPTER. Meson compiles an
-// adapter only when its library is found, so a manifest peer without a built adapter is reported,
-// not an error.
+// file in the op's folder (`kernels/ops/<op>/peer_<lib>.cpp`) that registers itself with
+// OPF_PEER_ADAPTER. Meson compiles an adapter only when its library is found, so a manifest peer
+// without a built adapter is reported, not an error. `unfused` adapters need no library: they
+// compute the op one elementwise pass at a time, as PyTorch eager does.
 #pragma once
 
 #include <memory>

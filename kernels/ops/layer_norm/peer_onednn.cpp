@@ -9,7 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <span>
 
-#include "peer.h"
+#include "peers/peer.h"
 
 namespace opf::suites::peers {
 namespace {
