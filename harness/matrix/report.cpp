@@ -28,9 +28,11 @@ std::string fmt(const char* f, double v) {
 struct BenchName {
   std::string kind;  // ours, peer, probe
   std::string op, impl, dtype, entry, shape;
+  std::string threads;  // "1", "2", ... from a "/threads:N" component; "" when the name has none
 };
 
-// `<op>/<backend>/<dtype>/<entry>/<shape>`, `peer/<lib>/<op>/...`, `probe/...` (+ "/real_time")
+// `<op>/<backend>/<dtype>/<entry>/<shape>[/threads:N]`, `peer/<lib>/<op>/...[/threads:N]`,
+// `probe/...[/threads:N]` (+ "/real_time")
 BenchName parse_bench(std::string n) {
   for (const char* suffix : {"/real_time", "/process_time"})
     if (n.size() > std::strlen(suffix) && n.compare(n.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
@@ -43,18 +45,24 @@ BenchName parse_bench(std::string n) {
     if (e == std::string::npos) break;
     pos = e + 1;
   }
+  std::string threads;
+  if (p.size() > 1 && p.back().rfind("threads:", 0) == 0) {
+    threads = p.back().substr(8);
+    p.pop_back();
+  }
   BenchName b;
   if (p[0] == "probe") {
     b.kind = "probe";
     b.op = n;
   } else if (p[0] == "peer" && p.size() >= 6) {
-    b = {"peer", p[2], p[1], p[3], p[4], p[5]};
+    b = {"peer", p[2], p[1], p[3], p[4], p[5], ""};
   } else if (p.size() >= 5) {
-    b = {"ours", p[0], p[1], p[2], p[3], p[4]};
+    b = {"ours", p[0], p[1], p[2], p[3], p[4], ""};
   } else {
     b.kind = "other";
     b.op = n;
   }
+  b.threads = threads;
   return b;
 }
 
@@ -110,14 +118,24 @@ std::string dur(double s) {
   return fmt("%.0f", std::floor(s / 60)) + ":" + fmt("%02.0f", std::fmod(std::round(s), 60.0)) + " min";
 }
 
-// Memory bandwidth for "fraction of roofline": the suite's own probe benchmark when present
-// (same process, same moment), else the harness's triad from the run manifest.
-double probe_gbs(const Cell& c, const Run& r, std::string& source) {
-  for (const auto& b : c.bench)
-    if (parse_bench(b.name).kind == "probe" && b.bytes_per_second > 0) {
+// Memory bandwidth for "fraction of roofline": the suite's own probe benchmark at the same thread
+// count when present (same process, same moment), else its first probe, else the harness's triad
+// from the run manifest.
+double probe_gbs(const Cell& c, const Run& r, const std::string& threads, std::string& source) {
+  const BenchSamples* any = nullptr;
+  for (const auto& b : c.bench) {
+    const BenchName n = parse_bench(b.name);
+    if (n.kind != "probe" || b.bytes_per_second <= 0) continue;
+    if (n.threads == threads) {
       source = b.name + " (in the benchmark run)";
       return b.bytes_per_second / 1e9;
     }
+    if (!any) any = &b;
+  }
+  if (any) {
+    source = any->name + " (in the benchmark run)";
+    return any->bytes_per_second / 1e9;
+  }
   source = "harness triad (run manifest)";
   return r.manifest.get("bandwidth").num("triad_gbs");
 }
@@ -292,8 +310,6 @@ Section performance(const Run& r) {
   s.html = "<h2 id=\"performance\">Performance: ops vs peers and the bandwidth probe</h2>\n";
   bool any = false;
   for (const auto& c : r.cells) {
-    std::string probe_src;
-    double probe = probe_gbs(c, r, probe_src);
     // op -> rows
     std::map<std::string, std::vector<std::pair<BenchName, const BenchSamples*>>> by_op;
     for (const auto& b : c.bench) {
@@ -302,35 +318,51 @@ Section performance(const Run& r) {
     }
     if (by_op.empty()) continue;
     any = true;
-    s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + fmt("%.1f GB/s", probe) + " (" + probe_src + ")\n\n";
-    s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference line: " + fmt("%.1f GB/s", probe) + " from " +
-              escape(probe_src) + ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library.</p>\n";
+    std::set<std::string> thread_counts;
+    for (const auto& [op, rows] : by_op)
+      for (const auto& [n, b] : rows) thread_counts.insert(n.threads);
+    std::map<std::string, double> probe;  // threads -> GB/s
+    std::string refs;
+    for (const std::string& t : thread_counts) {
+      std::string src;
+      probe[t] = probe_gbs(c, r, t, src);
+      refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") + fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
+    }
+    s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + refs + "\n\n";
+    s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference: " + escape(refs) +
+              ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library; "
+              "% of probe at the benchmark's own thread count.</p>\n";
     for (auto& [op, rows] : by_op) {
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-        auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.kind, a.first.impl);
-        auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.kind, b.first.impl);
+        auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.threads, a.first.kind, a.first.impl);
+        auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.threads, b.first.kind, b.first.impl);
         return ka < kb;
       });
+      const double chart_ref = probe.rbegin()->second;
       svg::BarChart chart;
       chart.title = op + " (" + c.rec.str("name") + ")";
       chart.unit = "GB/s";
-      chart.reference = probe;
-      chart.reference_label = fmt("probe %.1f GB/s", probe);
-      s.md += "| op case | impl | median time | GB/s | % of probe | vs ours |\n|---|---|---:|---:|---:|---:|\n";
+      chart.reference = chart_ref;
+      chart.reference_label = fmt("probe %.1f GB/s", chart_ref);
+      s.md += "#### " + op + "\n\n";
+      s.md += "| op case | threads | impl | median time | GB/s | % of probe | vs ours |\n|---|---:|---|---:|---:|---:|---:|\n";
       std::map<std::string, double> ours;  // case -> GB/s of our first backend
+      auto case_key = [](const BenchName& n) { return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads; };
       for (const auto& [n, b] : rows)
-        if (n.kind == "ours" && !ours.count(n.dtype + n.entry + n.shape)) ours[n.dtype + n.entry + n.shape] = b->bytes_per_second / 1e9;
+        if (n.kind == "ours" && !ours.count(case_key(n))) ours[case_key(n)] = b->bytes_per_second / 1e9;
       for (const auto& [n, b] : rows) {
         double gbs = b->bytes_per_second / 1e9;
         double med = stats::median(b->ns);
-        std::string label = n.dtype + " " + n.entry + " " + n.shape + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
-        double base = ours[n.dtype + n.entry + n.shape];
+        const double pr = probe[n.threads];
+        const std::string tlabel = n.threads.empty() ? "" : " · " + n.threads + "T";
+        std::string label = n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
+        double base = ours[case_key(n)];
         std::string vs = base > 0 ? fmt("%.2fx", gbs / base) : "—";
-        s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.kind == "peer" ? "peer " : "") + n.impl + " | " +
-                fmt("%.4g us", med / 1e3) + " | " + fmt("%.2f", gbs) + " | " + (probe > 0 ? fmt("%.0f %%", 100 * gbs / probe) : "—") +
-                " | " + vs + " |\n";
+        s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.threads.empty() ? "—" : n.threads) + " | " +
+                (n.kind == "peer" ? "peer " : "") + n.impl + " | " + fmt("%.4g us", med / 1e3) + " | " + fmt("%.2f", gbs) + " | " +
+                (pr > 0 ? fmt("%.0f %%", 100 * gbs / pr) : "—") + " | " + vs + " |\n";
         chart.bars.push_back({label, gbs, n.kind == "peer" ? "#f28e2b" : "#4e79a7",
-                              fmt("%.2f GB/s", gbs) + (probe > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / probe) : "")});
+                              fmt("%.2f GB/s", gbs) + (pr > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / pr) : "")});
       }
       s.md += "\n";
       s.html += svg::bar_chart(chart);

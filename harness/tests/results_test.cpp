@@ -114,9 +114,11 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
 
   std::string cd = dir + "/cells/" + cell_id;
   files::write_atomic(cd + "/bench/opforge-kernel-bench.json",
-                      bench_json({{"probe/stream_triad/1thread/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
-                                  {"layer_norm/cpu/f32/forward/4096x4096/real_time", opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
-                                  {"peer/onednn/layer_norm/f32/forward/4096x4096/real_time", opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)}},
+                      bench_json({{"probe/stream_triad/threads:1/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
+                                  {"probe/stream_triad/threads:2/real_time", opf::testing::normal_samples(seed + 3, 10, 0.5e6, 0.5e4)},
+                                  {"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time", opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
+                                  {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
+                                  {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time", opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)}},
                                  128e6));
   files::write_atomic(cd + "/meson/testlog.junit.xml", kJunit);
   json::Value probe;
@@ -210,13 +212,21 @@ TEST(Report, SelfContainedHtmlWithEverySection) {
   size_t svgs = 0;
   for (size_t p = r.html.find("<svg"); p != std::string::npos; p = r.html.find("<svg", p + 1)) ++svgs;
   EXPECT_GE(svgs, 4u);  // grid, layer_norm perf, loads, chakra
-  // performance numbers: 128e6 bytes / 5 ms = 25.6 GB/s; the probe benchmark (128e6 / 1 ms = 128 GB/s) is the reference
-  EXPECT_NE(r.markdown.find("| f32 forward 4096x4096 | cpu |"), std::string::npos) << r.markdown;
+  // performance numbers: 128e6 bytes / 5 ms = 25.6 GB/s at 1 thread, 51.2 at 2; each thread count
+  // is measured against the probe at that count (128e6 / 1 ms = 128 GB/s, / 0.5 ms = 256 GB/s)
+  EXPECT_NE(r.markdown.find("#### layer_norm"), std::string::npos) << r.markdown;
+  for (const char* row : {"| f32 forward 4096x4096 | 1 | cpu |", "| f32 forward 4096x4096 | 2 | cpu |"}) {
+    const size_t at = r.markdown.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << r.markdown;
+    const std::string line = r.markdown.substr(at, r.markdown.find('\n', at) - at);
+    EXPECT_NE(line.find("| 20 % | 1.00x |"), std::string::npos) << line;  // each against its own probe
+  }
   EXPECT_NE(r.markdown.find("peer onednn"), std::string::npos);
-  auto ref = r.markdown.find("bandwidth reference ");
-  ASSERT_NE(ref, std::string::npos);
-  EXPECT_NEAR(std::atof(r.markdown.c_str() + ref + 20), 128.0, 2.0);  // mean of 128e6 B / ~1 ms (1 % noise)
-  EXPECT_NE(r.markdown.find("probe/stream_triad/1thread/real_time (in the benchmark run)"), std::string::npos);
+  auto ref = r.markdown.find("bandwidth reference 1 thread(s): ");
+  ASSERT_NE(ref, std::string::npos) << r.markdown;
+  EXPECT_NEAR(std::atof(r.markdown.c_str() + ref + 33), 128.0, 2.0);  // mean of 128e6 B / ~1 ms (1 % noise)
+  EXPECT_NE(r.markdown.find("probe/stream_triad/threads:1/real_time (in the benchmark run)"), std::string::npos);
+  EXPECT_NE(r.markdown.find("probe/stream_triad/threads:2/real_time (in the benchmark run)"), std::string::npos);
   EXPECT_NE(r.markdown.find("resnet_et | pass | 0.420 s"), std::string::npos);
   EXPECT_NE(r.markdown.find("no CUDA driver"), std::string::npos);  // debt shows its reason
   EXPECT_NE(r.markdown.find("1 item(s)"), std::string::npos);
@@ -239,7 +249,7 @@ TEST(Merge, BundlesBecomeOneRun) {
   EXPECT_EQ(finished_cells(t.path + "/merged").size(), 2u);
   // the merged run reads like any run
   auto in = read_gate_input(t.path + "/merged");
-  EXPECT_EQ(in.bench.size(), 6u);
+  EXPECT_EQ(in.bench.size(), 10u);  // 5 benchmarks x 2 cells
   // never overwrite; a cell in two bundles is an error; nothing half-written is left
   EXPECT_THROW(merge_runs({t.path + "/b1"}, t.path + "/merged"), Error);
   EXPECT_THROW(merge_runs({t.path + "/b1", t.path + "/b1"}, t.path + "/dup"), Error);
