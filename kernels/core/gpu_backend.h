@@ -16,6 +16,8 @@
 //                    const std::string& log_path) const;             throws, naming log_path
 #pragma once
 
+#include <dlfcn.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +29,25 @@
 #include "opforge/error.h"
 
 namespace opf::detail {
+
+// Opens a host launcher shared object and checks its table; throws one line naming the path.
+inline const opf_gpu_launcher* open_launcher(const OpInfo& op, const std::string& path) {
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw Error("cannot load GPU launcher " + path + " of op '" + op.name + "': " + ::dlerror());
+  auto fn = reinterpret_cast<opf_gpu_launcher_table_fn>(::dlsym(h, "opf_gpu_launcher_table"));
+  const opf_gpu_launcher* l = fn ? fn() : nullptr;
+  std::string why;
+  if (!fn) why = "it does not export opf_gpu_launcher_table";
+  else if (!l || !l->run) why = "its table has no run function";
+  else if (l->abi_version != OPF_ABI_VERSION)
+    why = "ABI version " + std::to_string(l->abi_version) + ", expected " + std::to_string(OPF_ABI_VERSION);
+  else if (!l->op || op.name != l->op) why = std::string("it is for op '") + (l->op ? l->op : "(null)") + "'";
+  if (!why.empty()) {
+    ::dlclose(h);
+    throw Error("GPU launcher " + path + " rejected: " + why);
+  }
+  return l;  // never dlclose()d: modules use it for the process's life
+}
 
 template <class Api>
 void gpu_check(const Api& api, int rc, const char* what) {
@@ -95,11 +116,17 @@ class GpuBackend final : public Backend {
   const opf_module_info* open(const OpInfo& op, const std::string& path) override {
     std::lock_guard lock(mu_);
     gpu_ready(api_);
+    const opf_gpu_launcher* launcher = op.gpu_launcher ? open_launcher(op, launcher_path(op)) : nullptr;
     typename Api::Module mod{};
     if (int rc = api_.load(&mod, path); rc != 0)
       throw Error(std::string("cannot load ") + Api::name + " module " + path + ": " + api_.error(rc));
-    modules_.push_back(std::make_unique<GpuModule<Api>>(api_, mod, op, Api::name, api_.arch(), path));
+    modules_.push_back(std::make_unique<GpuModule<Api>>(api_, mod, op, Api::name, api_.arch(), path, launcher));
     return modules_.back()->info();
+  }
+
+  // The op's host launcher (gpu/launcher.h), which Meson builds in every mode.
+  static std::string launcher_path(const OpInfo& op) {
+    return build::module_dir() + "/opf_" + op.name + "_" + Api::name + "_launch.so";
   }
 
   Device& device() override {

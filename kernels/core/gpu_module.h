@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpu/launch_abi.h"
+#include "gpu/launcher.h"
 #include "opforge/abi.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
@@ -76,53 +77,26 @@ inline std::string gpu_plan_problem(const opf_gpu_plan& p) {
   return "";
 }
 
-// Fills the kernel argument struct from an ABI call; "" on success, else the problem. The generic
-// launcher passes plain dense tensors; list arguments need an op's own launcher.
-inline std::string gpu_make_args(const opf_call* c, opf_gpu_args& a) {
-  a = opf_gpu_args{};
-  if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS || !c->args)
-    return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " arguments, got " + std::to_string(c->nargs);
-  if (c->nparams < 0 || c->nparams > OPF_GPU_MAX_PARAMS || (c->nparams > 0 && !c->params))
-    return "GPU modules take at most " + std::to_string(OPF_GPU_MAX_PARAMS) + " params, got " + std::to_string(c->nparams);
-  for (int i = 0; i < c->nargs; ++i) {
-    const opf_arg& arg = c->args[i];
-    if (arg.count != 1 || !arg.tensors)
-      return "argument " + std::to_string(i) + " must be one tensor (the generic GPU launcher takes no lists), got " +
-             std::to_string(arg.count);
-    const opf_tensor& t = arg.tensors[0];
-    if (t.ndim < 0 || t.ndim > OPF_GPU_MAX_DIMS) return "argument " + std::to_string(i) + " has " + std::to_string(t.ndim) + " dims";
-    long long expect = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) {
-      if (t.shape[d] > 1 && t.strides[d] != expect)
-        return "argument " + std::to_string(i) + " is not contiguous (stride " + std::to_string(t.strides[d]) + " in dim " +
-               std::to_string(d) + ")";
-      expect *= t.shape[d];
-    }
-    a.ptr[i] = t.data;
-  }
-  for (int i = 0; i < c->nparams; ++i)
-    a.param[i] = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
-  const opf_tensor& t0 = c->args[0].tensors[0];
-  if (t0.ndim < 1) return "first tensor has " + std::to_string(t0.ndim) + " dims";
-  a.ndim = t0.ndim;
-  a.nargs = c->nargs;
-  a.rows = 1;
-  for (int d = 0; d < t0.ndim; ++d) {
-    a.shape[d] = t0.shape[d];
-    if (d + 1 < t0.ndim) a.rows *= t0.shape[d];
-  }
-  a.cols = t0.shape[t0.ndim - 1];
-  return "";
-}
+// Fills the kernel argument struct from an ABI call (gpu/launcher.h); "" on success, else the problem.
+inline std::string gpu_make_args(const opf_call* c, opf_gpu_args& a) { return gpu::args_from_call(c, a); }
 
 template <class Api>
 class GpuModule {
  public:
-  // Resolves every plan and every kernel the manifest promises (entries x dtypes x stages), so a
-  // module that lacks one is rejected here rather than failing mid-run.
+  // Without a launcher: resolves every plan and every kernel the manifest promises (entries x
+  // dtypes x stages), so a module that lacks one is rejected here rather than failing mid-run.
+  // With the op's host launcher (gpu/launcher.h), run/supports are the launcher's, and kernels are
+  // looked up when it asks for them.
   GpuModule(Api& api, typename Api::Module mod, const OpInfo& op, const char* backend, std::string isa,
-            const std::string& path)
-      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), info_op_(&op) {
+            const std::string& path, const opf_gpu_launcher* launcher = nullptr)
+      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), info_op_(&op), launcher_(launcher) {
+    info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk,
+                            &GpuModule::supports_thunk, this};
+    if (launcher_) {
+      ctx_ = opf_gpu_launch_ctx{this, backend_, isa_.c_str(), &GpuModule::ctx_kernel, &GpuModule::ctx_launch,
+                                &GpuModule::ctx_workspace, &GpuModule::ctx_error};
+      return;
+    }
     for (const auto& entry_info : op.entries) {
       const std::string& entry = entry_info.name;
       Entry e;
@@ -142,8 +116,6 @@ class GpuModule {
       }
       entries_[entry] = std::move(e);
     }
-    info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk,
-                            &GpuModule::supports_thunk, this};
   }
 
   // Modules live until the process ends (callers hold info pointers), so this only runs during
@@ -167,17 +139,70 @@ class GpuModule {
   }
 
   static int run_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
-    std::string why = static_cast<GpuModule*>(self->impl)->run(call);
+    GpuModule* m = static_cast<GpuModule*>(self->impl);
+    if (m->launcher_) {
+      std::lock_guard lock(m->mu_);  // the workspace is shared by this module's calls
+      if (int rc = m->api_.make_current(); rc != 0) {
+        std::snprintf(err, len, "%s", m->fail("cannot bind the device context", rc).c_str());
+        return 1;
+      }
+      return m->launcher_->run(&m->ctx_, call, err, len) == 0 ? 0 : 1;
+    }
+    std::string why = m->run(call);
     if (why.empty()) return 0;
     std::snprintf(err, len, "%s", why.c_str());
     return 1;
   }
 
   static int supports_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
-    std::string why = static_cast<GpuModule*>(self->impl)->check(call);
+    GpuModule* m = static_cast<GpuModule*>(self->impl);
+    if (m->launcher_) return m->launcher_->supports ? (m->launcher_->supports(&m->ctx_, call, err, len) == 0 ? 0 : 1) : 0;
+    std::string why = m->check(call);
     if (why.empty()) return 0;
     std::snprintf(err, len, "%s", why.c_str());
     return 1;
+  }
+
+  // ---- the launcher's context (gpu/launcher.h); called with mu_ held, from run_thunk
+  static int ctx_kernel(void* impl, const char* name, void** fn) {
+    GpuModule* m = static_cast<GpuModule*>(impl);
+    auto it = m->by_name_.find(name);
+    if (it == m->by_name_.end()) {
+      typename Api::Function f{};
+      if (int rc = m->api_.get_function(&f, m->mod_, name); rc != 0) return rc;
+      it = m->by_name_.emplace(name, f).first;
+    }
+    *fn = &it->second;  // std::map nodes stay put
+    return 0;
+  }
+  static int ctx_launch(void* impl, void* fn, unsigned gx, unsigned gy, unsigned block, unsigned shared, void* stream,
+                        opf_gpu_args* args) {
+    GpuModule* m = static_cast<GpuModule*>(impl);
+    return m->api_.launch(*static_cast<typename Api::Function*>(fn), gx, gy, block, shared, stream, args);
+  }
+  static int ctx_workspace(void* impl, size_t bytes, void** ptr) {
+    GpuModule* m = static_cast<GpuModule*>(impl);
+    if (int rc = m->grow_workspace(bytes); rc != 0) return rc;
+    *ptr = bytes ? m->workspace_ : nullptr;
+    return 0;
+  }
+  static void ctx_error(void* impl, int status, char* buf, size_t len) {
+    std::snprintf(buf, len, "%s", static_cast<GpuModule*>(impl)->api_.error(status).c_str());
+  }
+
+  // Ensures workspace_ holds at least `bytes`; 0 or the API's status.
+  int grow_workspace(size_t bytes) {
+    if (bytes <= workspace_bytes_) return 0;
+    // Earlier calls may still read the old buffer on their stream.
+    if (workspace_) {
+      if (int rc = api_.synchronize(); rc != 0) return rc;
+      api_.release(workspace_);
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+    }
+    if (int rc = api_.alloc(&workspace_, bytes); rc != 0) return rc;
+    workspace_bytes_ = bytes;
+    return 0;
   }
 
   // Everything run() checks before launching: "" when the call is well-formed for this module.
@@ -205,17 +230,7 @@ class GpuModule {
     std::lock_guard lock(mu_);  // the workspace is shared by this module's calls
     if (int rc = api_.make_current(); rc != 0) return fail("cannot bind the device context", rc);
     const size_t ws = size_t(plan.workspace_mult) * size_t(gpu_extent(a, plan.workspace_extent));
-    if (ws > workspace_bytes_) {
-      // Earlier calls may still read the old buffer on their stream.
-      if (workspace_) {
-        if (int rc = api_.synchronize(); rc != 0) return fail("synchronize", rc);
-        api_.release(workspace_);
-        workspace_ = nullptr;
-        workspace_bytes_ = 0;
-      }
-      if (int rc = api_.alloc(&workspace_, ws); rc != 0) return fail("workspace allocation", rc);
-      workspace_bytes_ = ws;
-    }
+    if (int rc = grow_workspace(ws); rc != 0) return fail("workspace allocation", rc);
     a.workspace = ws ? workspace_ : nullptr;
     for (int s = 0; s < plan.nstages; ++s) {
       const opf_gpu_stage& st = plan.stage[s];
@@ -265,6 +280,9 @@ class GpuModule {
   const char* backend_;
   std::string isa_;
   const OpInfo* info_op_;
+  const opf_gpu_launcher* launcher_;
+  opf_gpu_launch_ctx ctx_{};
+  std::map<std::string, typename Api::Function> by_name_;  // kernels the launcher asked for
   std::map<std::string, Entry> entries_;
   opf_module_info info_{};
   std::mutex mu_;

@@ -303,6 +303,76 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
   EXPECT_NE(std::string(err).find("tensor 2 has no data"), std::string::npos) << err;
 }
 
+// An op's host launcher (gpu/launcher.h) takes over run/supports: here a test launcher for
+// layer_norm that launches the same kernels as the generic plan, so the outputs must agree bit for
+// bit (backward also uses the context's workspace); its supports() reason comes through.
+TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
+  const OpInfo* op = find_op("layer_norm");
+  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip"))) GTEST_SKIP() << "layer_norm has no GPU backend here";
+  const char* dir = std::getenv("OPF_EMU_DIR");
+  const std::string base = dir ? dir : ".";
+  const opf_gpu_launcher* launcher = detail::open_launcher(*op, base + "/emu_layer_norm_launch.so");
+  OpInfo other = *op;
+  other.name = "rms_norm";
+  try {
+    detail::open_launcher(other, base + "/emu_layer_norm_launch.so");
+    ADD_FAILURE() << "a launcher for another op was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it is for op 'layer_norm'"), std::string::npos) << e.what();
+  }
+  static EmuApi api;  // modules keep a reference for the process's life
+  void* code = nullptr;
+  ASSERT_EQ(api.load(&code, base + "/emu_layer_norm_w32.so"), 0) << api.load_error;
+  static std::unique_ptr<detail::GpuModule<EmuApi>> with_launcher;
+  with_launcher = std::make_unique<detail::GpuModule<EmuApi>>(api, code, *op, "emu", "emulated", "test", launcher);
+  const opf_module_info* generic = emu_module(*op, 32);
+
+  const int64_t rows = 5, cols = 77;
+  std::mt19937_64 rng(base_seed());
+  std::uniform_real_distribution<float> u(-2.0f, 3.0f);
+  auto fill = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    return v;
+  };
+  const std::vector<float> x = fill(size_t(rows * cols)), g = fill(size_t(cols)), b = fill(size_t(cols)),
+                           dy = fill(size_t(rows * cols));
+  struct Out {
+    std::vector<float> y, mean, rstd, dx, dg, db;
+  };
+  auto run_with = [&](const opf_module_info* m) {
+    Out o{std::vector<float>(x.size(), NAN), std::vector<float>(size_t(rows), NAN), std::vector<float>(size_t(rows), NAN),
+          std::vector<float>(x.size(), NAN), std::vector<float>(size_t(cols), NAN), std::vector<float>(size_t(cols), NAN)};
+    CallBuilder f(*op, "forward");
+    f.add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols}).add("gamma", const_cast<float*>(g.data()), DType::f32, {cols});
+    f.add("beta", const_cast<float*>(b.data()), DType::f32, {cols}).add("y", o.y.data(), DType::f32, {rows, cols});
+    f.add("mean", o.mean.data(), DType::f32, {rows}).add("rstd", o.rstd.data(), DType::f32, {rows});
+    f.run(m);
+    CallBuilder bw(*op, "backward");
+    bw.add("dy", const_cast<float*>(dy.data()), DType::f32, {rows, cols}).add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols});
+    bw.add("mean", o.mean.data(), DType::f32, {rows}).add("rstd", o.rstd.data(), DType::f32, {rows});
+    bw.add("gamma", const_cast<float*>(g.data()), DType::f32, {cols}).add("dx", o.dx.data(), DType::f32, {rows, cols});
+    bw.add("dgamma", o.dg.data(), DType::f32, {cols}).add("dbeta", o.db.data(), DType::f32, {cols});
+    bw.run(m);
+    return o;
+  };
+  const Out want = run_with(generic), got = run_with(with_launcher->info());
+  auto same = [](const std::vector<float>& p, const std::vector<float>& q) {
+    return std::memcmp(p.data(), q.data(), p.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(got.y, want.y) && same(got.mean, want.mean) && same(got.rstd, want.rstd)) << "forward differs";
+  EXPECT_TRUE(same(got.dx, want.dx) && same(got.dg, want.dg) && same(got.db, want.db)) << "backward differs";
+  EXPECT_FALSE(std::isnan(got.dg[0])) << "backward left dgamma unwritten";
+
+  std::vector<uint16_t> h(size_t(rows * cols));
+  CallBuilder f16(*op, "forward");
+  f16.add("x", h.data(), DType::f16, {rows, cols}).add("gamma", h.data(), DType::f16, {cols});
+  f16.add("beta", h.data(), DType::f16, {cols}).add("y", h.data(), DType::f16, {rows, cols});
+  f16.add("mean", h.data(), DType::f32, {rows}).add("rstd", h.data(), DType::f32, {rows});
+  EXPECT_EQ(f16.supports(with_launcher->info()), "test launcher: f16 not supported");
+  EXPECT_EQ(f16.supports(generic), "");
+}
+
 void register_cases() {
   for (const OpInfo& op : op_table()) {
     if (!op.has_backend("cuda") && !op.has_backend("hip")) continue;

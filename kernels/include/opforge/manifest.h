@@ -151,6 +151,7 @@ struct OpInfo {
   std::vector<Shape> bench;
   std::vector<std::string> peers;
   const OpSpec* spec = nullptr;
+  bool gpu_launcher = false;  // kernels/ops/<op>/launch.cpp: host launch code for GPU modules
 
   bool has_backend(std::string_view b) const;
   bool is_prebuilt(std::string_view b) const;
