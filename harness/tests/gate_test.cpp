@@ -142,6 +142,18 @@ TEST(Gate, OverrideThresholdAndIgnore) {
   EXPECT_EQ(r.exit_code(), 0);
 }
 
+// A baseline from before the thread pool names single-threaded benchmarks without "/threads:1".
+TEST(Gate, SingleThreadBenchmarksMatchTheirPreThreadPoolNames) {
+  auto base = input_of({{"layer_norm/cpu/f32/forward/4096x4096/real_time", normal_samples(1, kReps, 1000, 1000 * kNoise)}});
+  auto cur = input_of({{"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time", normal_samples(2, kReps, 1300, 1300 * kNoise)},
+                       {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", normal_samples(3, kReps, 600, 600 * kNoise)}});
+  auto r = run_gate(base, cur, GateConfig{});
+  ASSERT_EQ(r.bench.size(), 2u);
+  EXPECT_EQ(r.bench[0].verdict, "SLOWER");  // compared with the 1-thread run, not the 2-thread one
+  EXPECT_EQ(r.bench[1].verdict, "NEW");
+  EXPECT_NE(r.bench[1].key.find("threads:2"), std::string::npos);
+}
+
 TEST(Gate, CorrectnessRegression) {
   GateInput base, cur;
   base.tests = {{"jit", "Kernels.layer_norm_cpu_f32", "pass"}, {"jit", "Kernels.rms_norm_cpu_f32", "fail"}};
