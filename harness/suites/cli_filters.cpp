@@ -39,6 +39,7 @@ void CaseFilter::validate() const {
 std::string CaseFilter::gtest_filter() const {
   auto any = [](const std::string& s) { return s.empty() ? std::string("*") : s; };
   std::string f = "kernel." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";
+  f += ":threads." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";  // thread-count determinism
   if (backend.empty()) f += ":peer.*/" + any(op) + "/" + any(dtype) + "/*";  // peer adapter checks
   return f;
 }
