@@ -11,6 +11,7 @@ namespace opf::cli {
 void on_run(CLI::App* sub, std::function<int()> run);
 
 void add_ops_command(CLI::App& app);
+void add_op_command(CLI::App& app);
 void add_clean_command(CLI::App& app);
 void add_test_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   using namespace opf::cli;
   add_ops_command(app);
+  add_op_command(app);
   add_clean_command(app);
   add_test_command(app);
   add_bench_command(app);

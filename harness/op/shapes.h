@@ -1,0 +1,47 @@
+// Output shapes for `opforge op` from the manifest's SHAPE strings ("[rows, cols]", "[cols]",
+// "[b, 1, sq, sk]"), read as symbolic shapes: the input tensors' actual dims bind the symbols,
+// integer literals must match, and each output's shape is evaluated from the bindings. The
+// manifest documents shapes for people, so this is the only reading it gets; an output whose
+// shape cannot be evaluated is given by the user instead (--in NAME=FILE for an out argument).
+//
+// List arguments' shapes describe one element ("[n_i]") and differ between elements, so their
+// symbols bind nothing: an element is checked for its rank and literal dims only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "opforge/manifest.h"
+
+namespace opf::cli {
+
+struct SymDim {
+  enum Kind { literal, symbol, other } kind = other;
+  int64_t value = 0;  // literal
+  std::string text;   // as written
+};
+
+// "[rows, cols]" -> {rows, cols}; "[]" -> {}; nullopt when the text is not a bracketed list
+// (no documented shape).
+std::optional<std::vector<SymDim>> parse_shape(std::string_view text);
+
+class ShapeBinder {
+ public:
+  // Checks `actual` (argument `arg`, list element `element` or -1) against arg's documented
+  // shape and binds its symbols. Throws opf::Error naming the argument and the dim.
+  void bind(const ArgInfo& arg, const Shape& actual, int element = -1);
+  // arg's shape from the bindings; throws opf::Error naming the argument, the dim and why.
+  Shape infer(const ArgInfo& arg) const;
+
+ private:
+  struct Binding {
+    std::string symbol;
+    int64_t value;
+    std::string by;  // the argument that bound it
+  };
+  std::vector<Binding> bound_;
+};
+
+}  // namespace opf::cli
