@@ -216,7 +216,7 @@ class PeerTest : public ::testing::Test {
         for (size_t i = 0; i < d.host.size(); ++i) {
           const ArgDesc& a = *d.host[i].desc;
           std::vector<double> got;
-          if (a.role == Role::in || !run->output(a.name, got)) continue;
+          if (a.role == Role::in || !run->output(a.name, a.list_index, got)) continue;
           ASSERT_EQ(got.size(), size_t(a.numel())) << "peer output '" << a.name << "' has the wrong size";
           std::vector<std::byte> stored(size_t(a.numel()) * dtype_size(a.dtype));  // as a kernel would store it
           for (int64_t j = 0; j < a.numel(); ++j) store_element(a.dtype, stored.data(), j, got[size_t(j)]);

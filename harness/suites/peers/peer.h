@@ -24,6 +24,11 @@ class PeerRun {
   // than oneDNN's variance), so the correctness suite can check that the adapter computes the
   // same op we benchmark it against. False when the peer has no such output.
   virtual bool output(std::string_view name, std::vector<double>& out) const = 0;
+  // The same for element list_index of a list argument (ArgDesc::list_index; -1: a tensor
+  // argument, answered by output(name, out)). Adapters of ops with list outputs override it.
+  virtual bool output(std::string_view name, int list_index, std::vector<double>& out) const {
+    return list_index < 0 && output(name, out);
+  }
 };
 
 struct PeerCase {
