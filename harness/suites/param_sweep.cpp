@@ -50,8 +50,20 @@ std::vector<ParamSet> param_sets(const OpInfo& op, uint64_t seed) {
   if (op.params.empty()) return sets;
   Rng rng(seed);
   Params all = defaults;
-  for (const ParamInfo& p : op.params) all.set(p.name, draw_other(p, rng));
+  bool has_switches = false, has_numbers = false;
+  for (const ParamInfo& p : op.params) {
+    all.set(p.name, draw_other(p, rng));
+    const bool sw = p.type == ParamType::boolean || p.type == ParamType::enumeration;
+    has_switches |= sw;
+    has_numbers |= !sw;
+  }
   sets.push_back({describe_params(op, all), all});
+  if (has_switches && has_numbers) {  // the drawn numbers under the default switches too (AdamW with decay)
+    Params numbers = all;
+    for (const ParamInfo& p : op.params)
+      if (p.type == ParamType::boolean || p.type == ParamType::enumeration) numbers.set(p.name, p.def);
+    sets.push_back({describe_params(op, numbers), numbers});
+  }
   for (const ParamInfo& p : op.params) {
     if (p.type != ParamType::boolean && p.type != ParamType::enumeration) continue;
     const size_t n = p.type == ParamType::boolean ? 2 : p.choices.size();
