@@ -1,6 +1,7 @@
 // CPU backend: modules are shared objects exporting `opf_module` (abi.h). Prebuilt modules are
 // built by Meson without -march=native (Highway dispatches at run time); JIT modules target the
-// host, so the host's CPU model and feature flags are part of their cache key.
+// host, so the host's CPU model and feature flags are part of their cache key. The JIT's command
+// line and precompiled header: core/cpu_jit.h.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -8,15 +9,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/backend.h"
+#include "core/cpu_jit.h"
 #include "hwy/highway.h"  // HWY_MAJOR/MINOR/PATCH: the modules compile against this Highway
 #include "opforge/build_info.h"
 #include "opforge/error.h"
@@ -70,55 +75,6 @@ const std::string& host_cpu_identity() {
   return id;
 }
 
-// ccache would turn a JIT compile into a cache lookup of its own (and hide compile failures'
-// real cost); the opforge cache already plays that role.
-std::vector<std::string> jit_compiler() {
-  std::vector<std::string> cmd = build::cpp_toolchain().command;
-  while (!cmd.empty()) {
-    std::string base = cmd.front().substr(cmd.front().rfind('/') + 1);
-    if (base != "ccache" && base != "sccache") break;
-    cmd.erase(cmd.begin());
-  }
-  if (cmd.empty()) cmd.push_back("c++");
-  return cmd;
-}
-
-// Meson's build-type-dependent compiler flags (OPF_CXX_JIT_ARGS, unit-separated).
-std::vector<std::string> meson_args() {
-  std::vector<std::string> out;
-  std::string cur;
-  for (const char* p = OPF_CXX_JIT_ARGS;; ++p) {
-    if (*p == '\x1f' || *p == 0) {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-      if (*p == 0) break;
-    } else {
-      cur += *p;
-    }
-  }
-  return out;
-}
-
-// Absolute, symlink-free path of what posix_spawnp would run for `prog`.
-std::string resolve_program(const std::string& prog) {
-  auto real = [](const std::string& p) -> std::string {
-    std::error_code ec;
-    auto r = std::filesystem::canonical(p, ec);
-    return ec ? "" : r.string();
-  };
-  if (prog.find('/') != std::string::npos) return real(prog);
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string cand = (end > start ? dirs.substr(start, end - start) : ".") + "/" + prog;
-    if (::access(cand.c_str(), X_OK) == 0) return real(cand);
-    start = end + 1;
-  }
-  return "not found: " + prog;
-}
-
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -129,11 +85,14 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<std::string> jit_identity(const OpInfo& op, const JitSource& src) const override {
-    std::vector<std::string> id = command_line(op, src, "<out>");
+    const Command cmd = command_line(op, src, "<out>", /*fresh=*/false);
+    std::vector<std::string> id = cmd.argv;
     id.push_back("compiler=" + build::cpp_toolchain().id + " " + build::cpp_toolchain().version);
     // Meson's version is from configure time; the binary PATH finds now is what really runs
     // (Debian's c++ resolves to a versioned file, e.g. x86_64-linux-gnu-g++-12).
-    id.push_back("compiler-binary=" + resolve_program(jit_compiler().front()));
+    id.push_back("compiler-binary=" + cpu_jit::resolve_program(cmd.argv.front()));
+    // what the PCH was built from (the -include path alone would not change with its content)
+    if (cmd.pch.usable) id.push_back("pch=" + cmd.pch.identity);
     id.push_back(host_cpu_identity());
     id.push_back("highway=" + std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." + std::to_string(HWY_PATCH));
     return id;
@@ -143,7 +102,12 @@ class CpuBackend final : public Backend {
 
   void compile(const OpInfo& op, const JitSource& src, const std::string& out_path,
                const std::string& log_path) const override {
-    std::vector<std::string> argv = command_line(op, src, out_path);
+    const Command cmd = command_line(op, src, out_path, /*fresh=*/true);
+    std::vector<std::string> argv = cmd.argv;
+    if (!cmd.pch.usable && cmd.pch_wanted && cmd.pch.notable)
+      warn_once("not using the CPU JIT's precompiled header (" + cmd.pch.why + "): compiling without it; rebuild with ninja");
+    else if (!cmd.pch.usable && cmd.pch_wanted && verbose())
+      std::fprintf(stderr, "opforge: compiling %s without the precompiled header: %s\n", op.name.c_str(), cmd.pch.why.c_str());
     int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) throw Error("cannot write compiler log " + log_path + ": " + std::strerror(errno));
     {
@@ -174,6 +138,17 @@ class CpuBackend final : public Backend {
                   (WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
                                      : "killed by signal " + std::to_string(WTERMSIG(status))) +
                   "; see log " + log_path);
+    // GCC falls back to the header's text when it rejects a .gch: a correct but slow compile.
+    // -Winvalid-pch makes it say so; a rejected PCH means its flags drifted from the JIT's.
+    if (cmd.pch.usable) {
+      std::ifstream log(log_path);
+      std::string line;
+      while (std::getline(log, line))
+        if (line.find("-Winvalid-pch") != std::string::npos && line.find("warning") != std::string::npos) {
+          warn_once("the compiler rejected the CPU JIT's precompiled header: " + line);
+          break;
+        }
+    }
   }
 
   const opf_module_info* open(const OpInfo& op, const std::string& path) override {
@@ -210,25 +185,42 @@ class CpuBackend final : public Backend {
   Device& device() override { return device_; }
 
  private:
-  std::vector<std::string> command_line(const OpInfo& op, const JitSource& src, const std::string& out) const {
-    // Mirrors kernels/meson.build's shared_module() (checked against compile_commands.json):
-    // same standard, optimisation, NDEBUG, visibility, include dirs and libhwy's pkg-config
-    // cflags (HWY_SHARED_DEFINE: hwy's functions keep default visibility under
-    // -fvisibility=hidden). Differs on purpose: -march=native with only the static Highway
-    // target (the JIT may target the host; prebuilt modules dispatch at run time).
-    std::vector<std::string> argv = jit_compiler();
-    for (const auto& f : meson_args()) argv.push_back(f);  // -std, -O, -g, -DNDEBUG, cpp_args
-    for (const char* f : {"-D_FILE_OFFSET_BITS=64", "-fPIC", "-shared", "-march=native", "-fvisibility=hidden",
-                          "-DHWY_SHARED_DEFINE", "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})
-      argv.push_back(f);
-    for (const auto& d : src.include_dirs) argv.push_back("-I" + d);
-    for (const auto& d : src.defines) argv.push_back("-D" + d);
-    argv.push_back(src.main_file);
-    argv.push_back("-o");
-    argv.push_back(out);
-    argv.push_back("-lhwy");
-    for (const auto& lib : op.deps_of("cpu")) argv.push_back("-l" + lib);  // the manifest's deps, as Meson links them
-    return argv;
+  struct Command {
+    std::vector<std::string> argv;
+    bool pch_wanted = false;  // the source may use the PCH (source_disables_fp_contract)
+    cpu_jit::PchCheck pch;
+  };
+
+  // The PCH is checked again for every compile (fresh): one that went stale since the key was
+  // computed is not used (the artefact is the same either way, only slower to make).
+  Command command_line(const OpInfo& op, const JitSource& src, const std::string& out, bool fresh) const {
+    Command c;
+    c.pch_wanted = cpu_jit::source_disables_fp_contract(src.main_file);
+    c.argv = cpu_jit::base_command(c.pch_wanted);
+    if (c.pch_wanted) {
+      c.pch = cpu_jit::find_pch(c.argv, src.include_dirs, fresh);
+      if (c.pch.usable)
+        for (const auto& a : {std::string("-Winvalid-pch"), std::string("-include"), c.pch.header}) c.argv.push_back(a);
+    }
+    for (const auto& d : src.include_dirs) c.argv.push_back("-I" + d);
+    for (const auto& d : src.defines) c.argv.push_back("-D" + d);
+    c.argv.push_back(src.main_file);
+    c.argv.push_back("-o");
+    c.argv.push_back(out);
+    c.argv.push_back("-lhwy");
+    for (const auto& lib : op.deps_of("cpu")) c.argv.push_back("-l" + lib);  // the manifest's deps, as Meson links them
+    return c;
+  }
+
+  static bool verbose() {
+    const char* v = std::getenv("OPFORGE_JIT_VERBOSE");
+    return v && *v && std::string_view(v) != "0";
+  }
+  static void warn_once(const std::string& msg) {  // per process: every compile would repeat it
+    static std::mutex mu;
+    static std::set<std::string> said;
+    std::lock_guard lock(mu);
+    if (said.insert(msg).second) std::fprintf(stderr, "opforge: %s\n", msg.c_str());
   }
 
   std::mutex mu_;

@@ -8,6 +8,7 @@
 //   OPFORGE_FORCE_JIT=1          ignore prebuilt modules (tests; comparing prebuilt with JIT)
 //   OPFORGE_TUNE_<OP>_<NAME>=v   override a manifest tuning value; implies JIT for that op
 //   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled, or waited for
+//   OPFORGE_JIT_PCH=path|0       the CPU JIT's precompiled header (core/cpu_jit.h); 0: none
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
 #include "opforge/loader.h"

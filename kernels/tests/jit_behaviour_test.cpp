@@ -4,7 +4,8 @@
 // runs the same in mode=prebuilt, jit and both. Tests that compile use a synthetic module in a
 // temporary source tree (OPFORGE_SOURCE_DIR): a real opforge module (the loader validates it)
 // whose run() returns a value from a local header, so a test can tell which text was compiled,
-// and which compiles in ~0.2 s. The key tests also hash a copy of the real op sources.
+// and which compiles in ~0.2 s. The key tests also hash a copy of the real op sources, and the
+// precompiled-header tests compile them.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cpu_jit.h"
 #include "core/jit_cache.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
@@ -497,6 +499,155 @@ TEST_F(JitTest, CleanListsAndRemovesOnlyOpforgeEntries) {
   EXPECT_TRUE(fs::exists(cache_dir() / "notes.txt"));
   EXPECT_TRUE(fs::exists(cache_dir() / "0123456789abcdef0123456789abcdef" / "module.so"));
   EXPECT_TRUE(detail::jit::list_cache(cache.string()).empty());
+}
+
+// ----------------------------------------------------------------------------- precompiled header
+
+TEST(JitSource, FpContractPragmaIsRecognisedOnlyWhereItCoversTheWholeFile) {
+  char tmpl[] = "/tmp/opforge-jit-pragma-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  const bool gcc = build::cpp_toolchain().id == "gcc";
+  auto check = [&](const std::string& text) {
+    write_text(dir / "t.cpp", text);
+    return detail::cpu_jit::source_disables_fp_contract((dir / "t.cpp").string());
+  };
+  const std::string pragma = "#pragma GCC optimize(\"fp-contract=off\")\n";
+  const std::string guarded = "#if defined(__GNUC__) && !defined(__clang__)\n" + pragma + "#endif\n";
+  EXPECT_EQ(check("// comment\n/* block\n comment */\n" + guarded + "#include <cmath>\n"), gcc);
+  EXPECT_EQ(check("#ifndef X\n#define X 1\n#endif\n  # pragma  GCC optimize ( \"fp-contract=off\" )\nint x;\n"), gcc);
+  EXPECT_FALSE(check("#include <cmath>\n" + pragma)) << "after an #include, some functions do not get it";
+  EXPECT_FALSE(check("int x;\n" + pragma)) << "after a declaration";
+  EXPECT_FALSE(check("#if 0\n" + pragma + "#endif\n")) << "in a branch GCC does not take";
+  EXPECT_FALSE(check("#ifdef SOMETHING\n" + pragma + "#endif\n")) << "in a branch GCC may not take";
+  EXPECT_FALSE(check("#if defined(__GNUC__)\n#else\n" + pragma + "#endif\n"));
+  EXPECT_FALSE(check("#pragma GCC optimize(\"fp-contract=fast\")\n"));
+  EXPECT_FALSE(check("int main() {}\n"));
+  for (const auto& o : op_table()) {
+    if (!o.has_backend("cpu")) continue;
+    EXPECT_EQ(detail::cpu_jit::source_disables_fp_contract(build::source_root() + "/kernels/ops/" + o.name + "/cpu.cpp"), gcc)
+        << o.name << "/cpu.cpp lost its leading fp-contract pragma: its JIT gets no precompiled header";
+  }
+  fs::remove_all(dir);
+}
+
+// The real op sources in the test's own tree (OPFORGE_SOURCE_DIR), as the PCH must serve any tree.
+class JitPchTest : public JitTest {
+ protected:
+  std::string pch;  // this build's bundle: <pch>, <pch>.gch, <pch>.manifest
+
+  void SetUp() override {
+    JitTest::SetUp();
+    if (IsSkipped()) return;
+    ::unsetenv("OPFORGE_JIT_PCH");
+    pch = detail::cpu_jit::pch_header_path();
+    if (pch.empty()) GTEST_SKIP() << "this build makes no CPU JIT precompiled header (not GCC)";
+    ASSERT_TRUE(fs::exists(pch + ".manifest")) << "ninja builds " << pch << " before the tests run";
+    fs::create_directories(src);
+    fs::copy(build::source_root() + "/kernels", src / "kernels", fs::copy_options::recursive);
+  }
+  void TearDown() override {
+    ::unsetenv("OPFORGE_JIT_PCH");
+    JitTest::TearDown();
+  }
+  static std::string log_of(const std::string& module_path) {
+    return read_text(fs::path(module_path).parent_path() / "compile.log");
+  }
+  // the compiler's own output: the log's first line is the command
+  static std::string diagnostics(const std::string& log) {
+    const size_t nl = log.find('\n');
+    return nl == std::string::npos ? "" : log.substr(nl + 1);
+  }
+};
+
+TEST_F(JitPchTest, RealOpCompilesWithItToTheSameModuleAsWithout) {
+  auto& L = Loader::instance();
+  const LoadedModule with = L.load(*op, "cpu");
+  ASSERT_EQ(with.source, ModuleSource::jit_compiled);
+  const std::string log = log_of(with.path);
+  EXPECT_NE(log.find(" -include " + pch + " "), std::string::npos) << log;
+  EXPECT_NE(log.find(" -Winvalid-pch "), std::string::npos) << log;
+  EXPECT_EQ(diagnostics(log).find("invalid-pch"), std::string::npos) << "GCC rejected the PCH: " << log;
+  EXPECT_NE(read_text(fs::path(with.path).parent_path() / "meta.json").find("\"pch="), std::string::npos)
+      << "the PCH's identity is not among the key inputs";
+
+  ::setenv("OPFORGE_JIT_PCH", "0", 1);
+  L.forget();
+  const LoadedModule without = L.load(*op, "cpu");
+  ASSERT_EQ(without.source, ModuleSource::jit_compiled);
+  EXPECT_NE(without.cache_key, with.cache_key);
+  EXPECT_EQ(log_of(without.path).find("-include"), std::string::npos);
+  std::printf("cold JIT of %s: %.2f s with the precompiled header, %.2f s without\n", op->name.c_str(),
+              with.load_seconds, without.load_seconds);
+  // Same bytes: the PCH is a parse cache, not a semantic change (no -g: debug info names files).
+  if (log.find(" -g ") == std::string::npos) {
+    EXPECT_TRUE(read_text(with.path) == read_text(without.path)) << "the PCH changed the compiled module";
+  }
+}
+
+TEST_F(JitPchTest, MissingOrStalePchIsNotUsedAndItsContentIsInTheKey) {
+  const std::string k_pch = key();
+  ::setenv("OPFORGE_JIT_PCH", "0", 1);
+  const std::string k_none = key();
+  EXPECT_NE(k_pch, k_none);
+  ::setenv("OPFORGE_JIT_PCH", (tmp / "missing" / "opf_jit_pch.h").c_str(), 1);
+  EXPECT_EQ(key(), k_none) << "a missing PCH changed the key";
+
+  // A copy of the bundle (the ~90 MB .gch linked, not copied).
+  const fs::path copy = tmp / "pch" / "opf_jit_pch.h";
+  fs::create_directories(copy.parent_path());
+  fs::copy_file(pch, copy);
+  fs::copy_file(pch + ".manifest", copy.string() + ".manifest");
+  fs::create_symlink(pch + ".gch", copy.string() + ".gch");
+  ::setenv("OPFORGE_JIT_PCH", copy.c_str(), 1);
+  const std::string k_copy = key();
+  EXPECT_NE(k_copy, k_none) << "an intact copy of the bundle was not used";
+
+  // The header edited after its .gch was built: stale, so unused, and the JIT still works.
+  const std::string text = read_text(copy);
+  write_text(copy, text + "#include <map>\n");
+  EXPECT_EQ(key(), k_none) << "a stale PCH was used";
+  Child c = spawn_helper(tmp, "stale", op->name, /*run=*/false);
+  c.wait();
+  ASSERT_TRUE(c.ok()) << c.stderr_text;
+  EXPECT_EQ(c.fields["source"], "jit-compiled");
+  EXPECT_EQ(log_of(c.fields["path"]).find("-include"), std::string::npos);
+  EXPECT_NE(c.stderr_text.find("not using the CPU JIT's precompiled header"), std::string::npos) << c.stderr_text;
+  EXPECT_NE(c.stderr_text.find(copy.string() + " changed"), std::string::npos) << c.stderr_text;
+
+  // The same text again (a new mtime): content decides, so it is current again.
+  write_text(copy, text);
+  EXPECT_EQ(key(), k_copy);
+
+  // Another .gch than the manifest describes.
+  fs::remove(copy.string() + ".gch");
+  write_text(copy.string() + ".gch", "not a precompiled header");
+  EXPECT_EQ(key(), k_none) << "a .gch the manifest does not describe was used";
+
+  // Rebuilt in place from an edited header: new content, new identity, new key (same path).
+  const char* tool = std::getenv("OPF_JIT_PCH_TOOL");
+  ASSERT_NE(tool, nullptr) << "OPF_JIT_PCH_TOOL is not set (meson test sets it)";
+  write_text(tmp / "edited_pch.h", text + "#include <map>\n");
+  std::vector<std::string> args{tool, (tmp / "edited_pch.h").string(), copy.string(), (tmp / "pch.d").string(), "pch"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, tool, nullptr, nullptr, argv.data(), environ), 0);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << tool << " failed";
+  const std::string k_rebuilt = key();
+  EXPECT_NE(k_rebuilt, k_copy) << "the PCH's content changed, the key did not";
+  EXPECT_NE(k_rebuilt, k_none) << "the rebuilt PCH was not used";
+}
+
+TEST_F(JitPchTest, TreeWithItsOwnCopyOfAPchHeaderGetsNoPch) {
+  // The op's #include "hwy/highway.h" would find this copy; the PCH's would hide it.
+  write_text(src / "kernels" / "include" / "hwy" / "highway.h", "#pragma once\n");
+  const std::string k = key();
+  ::setenv("OPFORGE_JIT_PCH", "0", 1);
+  EXPECT_EQ(key(), k);
 }
 
 }  // namespace
