@@ -1,7 +1,7 @@
 // softmax_xentropy's `unfused` peer: what PyTorch eager runs for
 // F.cross_entropy(logits, labels, label_smoothing=s, ignore_index=padding_idx, reduction='none'),
-// one whole-tensor pass at a time, each pass vectorised (the same Highway exp as our kernel, so
-// the comparison measures the fusion, not the exp):
+// one whole-tensor pass at a time, each pass vectorised (with our kernel's accurate exp,
+// ExpClamped of exp-inl.h, so that the comparison measures the fusion, not the exp):
 //   forward:  log_softmax: logp = x - (m + log sum exp(x - m)) written in full ([N, C] f32),
 //             then nll/smoothing: loss = -(1-s) logp_y - (s/C) sum_c logp_c, reading logp back
 //             (with s = 0 eager runs nll_loss alone, a gather of N values: so does this peer).
@@ -53,6 +53,7 @@ struct Pass {
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "cpu/simd-inl.h"
+#include "ops/softmax_xentropy/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace opf::suites::peers::xent_unfused::HWY_NAMESPACE {
@@ -60,8 +61,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
-
-constexpr float kExpFloor = -87.0f;
+using namespace opf::softmax_xentropy_exp::HWY_NAMESPACE;
 
 // log_softmax over the last dim (eager's vectorised kernel: max, sum of exp, write; the row's
 // re-reads come from cache), f32 output.
@@ -69,7 +69,6 @@ template <class S>
 void LogSoftmaxT(const Pass& p) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(p.cols);
-  const auto vfloor = hn::Set(d, kExpFloor);
   for (int64_t r = p.r0; r < p.r1; ++r) {
     const S* x = static_cast<const S*>(p.x) + r * p.cols;
     float* out = p.logp + r * p.cols;
@@ -80,7 +79,7 @@ void LogSoftmaxT(const Pass& p) {
     for (; j < n; ++j) m = std::max(m, to_f32(x[j]));
     const auto vm = hn::Set(d, m);
     auto vs = hn::Zero(d);
-    for (j = 0; j + N <= n; j += N) vs = hn::Add(vs, ExpNormalRange(d, hn::Max(hn::Sub(LoadWiden(d, x + j), vm), vfloor)));
+    for (j = 0; j + N <= n; j += N) vs = hn::Add(vs, ExpClamped(d, hn::Sub(LoadWiden(d, x + j), vm)));
     float sum = SumLanes(d, vs);
     for (; j < n; ++j) sum += std::exp(to_f32(x[j]) - m);
     const float lse = m + std::log(sum);
@@ -124,7 +123,7 @@ void ExpPass(const Pass& p) {
   size_t j = 0;
   for (; j + N <= n; j += N) {
     const auto t = hn::LoadU(d, lp + j);
-    hn::StoreU(hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpNormalRange(d, hn::Max(t, vfloor))), d, out + j);
+    hn::StoreU(hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpClamped(d, t)), d, out + j);
   }
   for (; j < n; ++j) out[j] = std::exp(lp[j]);
 }

@@ -269,6 +269,42 @@ TEST(SoftmaxXentropyEdge, HugeLogitsStayFinite) {
   }
 }
 
+// -inf logits are masked classes (a vocabulary mask): exp(-inf) = 0. With s = 0 the loss is the
+// cross entropy over the other classes and their gradient is 0; with s > 0 the smoothing puts
+// weight on them and the loss is +inf. A row that starts with a whole vector of -inf, and one
+// with -inf in its scalar tail.
+TEST(SoftmaxXentropyEdge, NegativeInfinityLogitsAreMaskedClasses) {
+  Xent p(3, 67);
+  for (int64_t c = 0; c < 40; ++c) p.row(0)[c] = -INFINITY;
+  for (int64_t c = 0; c < p.C; c += 3) p.row(1)[c] = -INFINITY;
+  p.row(2)[66] = -INFINITY;
+  p.labels = {50, 1, 3};
+  ASSERT_EQ(p.forward(0.0, -1), 0);
+  ASSERT_EQ(p.backward(0.0, -1), 0);
+  for (int64_t r = 0; r < p.N; ++r) {
+    const float* x = p.row(r);
+    double sum = 0;
+    for (int64_t c = 0; c < p.C; ++c) sum += std::exp(double(x[c]));
+    const double ce = std::log(sum) - double(x[p.labels[size_t(r)]]);
+    EXPECT_NEAR(p.loss[size_t(r)], ce, 1e-5 * ce) << "row " << r;
+    EXPECT_NEAR(p.lse[size_t(r)], std::log(sum), 1e-5) << "row " << r;
+    const std::vector<double> want = reference_dx(x, p.C, p.labels[size_t(r)], p.g[size_t(r)], 0.0, p.lse[size_t(r)]);
+    for (int64_t c = 0; c < p.C; ++c) {
+      const float got = p.dx[size_t(r * p.C + c)];
+      if (std::isinf(x[c])) {
+        EXPECT_EQ(got, 0.0f) << "row " << r << " col " << c;
+      } else {
+        EXPECT_NEAR(got, want[size_t(c)], 1e-6) << "row " << r << " col " << c;
+      }
+    }
+  }
+  ASSERT_EQ(p.forward(0.1, -1), 0);
+  for (int64_t r = 0; r < p.N; ++r) {
+    EXPECT_EQ(p.loss[size_t(r)], INFINITY) << "row " << r;
+    EXPECT_TRUE(std::isfinite(p.lse[size_t(r)])) << "row " << r;
+  }
+}
+
 // The loss is shift invariant: logits on a 1/64 grid shifted by 80000 give exactly the same
 // differences to the max, hence bit-identical losses; lse moves by the shift.
 TEST(SoftmaxXentropyEdge, LossShiftInvariantFarBeyondExpRange) {
