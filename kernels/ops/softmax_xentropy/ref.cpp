@@ -13,6 +13,9 @@
 //   backward (grad_losses: f32 [N], logits: T [N,C], max_log_sum_exp: acc [N], labels: i64 [N])
 //       -> (grad_logits: T [N,C])
 //     dx_c = g (exp(x_c - lse) - (1-s) [c == y] - s/C),  g = grad_losses[row], lse as saved
+//     The saved lse is an f32: its rounding (<= ulp(lse)/2) scales the softmax by up to
+//     exp(ulp(lse)/2), nothing at ordinary magnitudes, but at |logits| ~ 1e30 it has lost log C
+//     altogether (apex's format has the same limit; the loss itself stays exact there).
 //   padding_idx (any integer, default 0 as apex's Python wrapper): a row whose label equals it is
 //     padding: loss 0 and an all-zero gradient row (exact zeros, even where its logits or g are
 //     NaN: apex masks the loss and the incoming gradient with masked_fill). Its max_log_sum_exp is
