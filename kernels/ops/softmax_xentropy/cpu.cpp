@@ -95,23 +95,6 @@ HWY_INLINE void PrefetchAhead(D d, const S* p) {
   for (size_t b = 0; b < 2 * hn::Lanes(d) * sizeof(S); b += 64) hwy::Prefetch(c + b);
 }
 
-// Pass 1's loads: 2 vectors of the row at x, widened to f32. bf16 takes the pairs of one u32
-// lane apart (even elements: << 16, odd ones: the high half) in 2 ops where LoadWiden spends 4:
-// the f32 copy then holds each 2-vector block as its even, then its odd elements. Pass 2 only
-// sums the copy, so the order does not matter.
-template <class D, class S>
-HWY_INLINE void LoadPair(D d, const S* HWY_RESTRICT x, hn::Vec<D>& v0, hn::Vec<D>& v1) {
-  if constexpr (std::is_same_v<S, opf::cpu::bf16_t>) {
-    const hn::RebindToUnsigned<D> du;
-    const auto u = hn::LoadU(du, reinterpret_cast<const uint32_t*>(x));
-    v0 = hn::BitCast(d, hn::ShiftLeft<16>(u));
-    v1 = hn::BitCast(d, hn::And(u, hn::Set(du, 0xFFFF0000u)));
-  } else {
-    v0 = LoadWiden(d, x);
-    v1 = LoadWiden(d, x + hn::Lanes(d));
-  }
-}
-
 // Pass 1 of a row on its own (the first row of a task): its max, and for 16-bit storage its f32
 // copy zn (pass 2 reads that from L1/L2 instead of widening again).
 template <class D, class S>
@@ -122,8 +105,7 @@ HWY_INLINE float RowMax(D d, const S* HWY_RESTRICT x, size_t n, float* HWY_RESTR
   size_t j = 0;
   for (; j + 2 * N <= n; j += 2 * N) {
     PrefetchAhead(d, x + j);
-    hn::Vec<D> v0, v1;
-    LoadPair(d, x + j, v0, v1);
+    const auto v0 = LoadWiden(d, x + j), v1 = LoadWiden(d, x + j + N);
     if constexpr (kCopy) {
       hn::Store(v0, d, zn + j);
       hn::Store(v1, d, zn + j + N);
@@ -160,8 +142,7 @@ HWY_INLINE void RowSums(D d, const Z* HWY_RESTRICT z, size_t n, float m, const S
   for (; j + 2 * N <= n; j += 2 * N) {
     if constexpr (kNext) {
       PrefetchAhead(d, xn + j);
-      hn::Vec<D> v0, v1;
-      LoadPair(d, xn + j, v0, v1);
+      const auto v0 = LoadWiden(d, xn + j), v1 = LoadWiden(d, xn + j + N);
       if constexpr (kCopy) {
         hn::Store(v0, d, zn + j);
         hn::Store(v1, d, zn + j + N);
