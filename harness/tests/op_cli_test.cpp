@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -371,6 +372,90 @@ TEST(OpCli, ExistingOutputNeedsForce) {
   EXPECT_EQ(npy::read(D + "/out/mean.npy").shape, (std::vector<int64_t>{3}));
   EXPECT_EQ(slurp(D + "/out/notes.txt"), "mine");
   EXPECT_EQ(listing(D), (std::set<std::string>{"x.npy", "gamma.npy", "beta.npy", "out"}));
+}
+
+// Lists end to end: fused_adam's step on two tensors of different sizes (one --in per element),
+// every updated list element written as NAME.K.npy and checked against Adam in double (L2 mode).
+TEST(OpCli, ListArgumentsRoundTripThroughFusedAdam) {
+  SKIP_WITHOUT("fused_adam");
+  TempDir t;
+  Rng rng(suites::test_seed(seed(), "fused_adam/lists"));
+  const std::string D = t.path;
+  const std::vector<int64_t> sizes = {37, 5};
+  std::vector<std::vector<float>> g, p, m, v;
+  std::vector<std::string> args = {"fused_adam", "--entry", "step"};
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t n = size_t(sizes[k]);
+    g.push_back(draw(rng, n, -1, 1));
+    p.push_back(draw(rng, n, -2, 2));
+    m.push_back(draw(rng, n, -0.1, 0.1));
+    v.push_back(draw(rng, n, 0.01, 0.2));
+    const std::string K = std::to_string(k);
+    for (auto [name, vals] : {std::pair{"grads", &g[k]}, {"params", &p[k]}, {"exp_avg", &m[k]}, {"exp_avg_sq", &v[k]}})
+      args.insert(args.end(), {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
+  }
+  npy::Array flag;
+  flag.dtype = DType::i32;
+  flag.shape = {1};
+  flag.data.assign(4, std::byte{0});
+  npy::write(D + "/flag.npy", flag);
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.05;
+  args.insert(args.end(), {"--in", "noop_flag=" + D + "/flag.npy", "--param", "lr=0.01", "--param", "weight_decay=0.05",
+                           "--param", "adam_w_mode=false", "--out", D + "/out"});
+  const Result r = opforge_op(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(listing(D + "/out"), (std::set<std::string>{"params.0.npy", "params.1.npy", "exp_avg.0.npy", "exp_avg.1.npy",
+                                                          "exp_avg_sq.0.npy", "exp_avg_sq.1.npy", "noop_flag.npy"}));
+  EXPECT_EQ(read_values(D + "/out/noop_flag.npy", DType::i32, {1})[0], 0.0);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::string K = std::to_string(k);
+    const auto gp = read_values(D + "/out/params." + K + ".npy", DType::f32, {sizes[k]});
+    const auto gm = read_values(D + "/out/exp_avg." + K + ".npy", DType::f32, {sizes[k]});
+    const auto gv = read_values(D + "/out/exp_avg_sq." + K + ".npy", DType::f32, {sizes[k]});
+    for (size_t i = 0; i < size_t(sizes[k]); ++i) {
+      const double gi = double(g[k][i]) + wd * p[k][i];  // L2: decay into the gradient
+      const double mi = b1 * m[k][i] + (1 - b1) * gi, vi = b2 * v[k][i] + (1 - b2) * gi * gi;
+      const double pi = p[k][i] - lr * (mi / (1 - b1)) / (std::sqrt(vi / (1 - b2)) + eps);
+      EXPECT_NEAR(gm[i], mi, 1e-6 * (1 + std::fabs(mi))) << "exp_avg." << K << "[" << i << "]";
+      EXPECT_NEAR(gv[i], vi, 1e-6 * (1 + std::fabs(vi))) << "exp_avg_sq." << K << "[" << i << "]";
+      EXPECT_NEAR(gp[i], pi, 2e-6 * (1 + std::fabs(pi))) << "params." << K << "[" << i << "]";
+    }
+  }
+  // a list length mismatch names the list; nothing is written
+  std::vector<std::string> short_list;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (!(args[i] == "--in" && args[i + 1].rfind("exp_avg=", 0) == 0 && args[i + 1].find("exp_avg1") != std::string::npos)) {
+      short_list.push_back(args[i]);
+    } else {
+      ++i;
+    }
+  short_list.back() = D + "/out2";
+  const Result bad = opforge_op(short_list);
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("exp_avg"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << "not one line: " << bad.err;
+  EXPECT_FALSE(fs::exists(D + "/out2"));
+}
+
+// A label outside [0, C) that is not padding_idx is bad input: exit 2 naming the row, no files.
+TEST(OpCli, XentropyLabelOutOfRangeIsRefusedNamingTheRow) {
+  SKIP_WITHOUT("softmax_xentropy");
+  TempDir t;
+  Rng rng(suites::test_seed(seed(), "softmax_xentropy/labels"));
+  const std::string D = t.path;
+  write_f32(D + "/logits.npy", {3, 5}, draw(rng, 15, -3, 3));
+  npy::Array labels;
+  labels.dtype = DType::i64;
+  labels.shape = {3};
+  const int64_t vals[3] = {0, 7, 2};
+  labels.data.resize(sizeof vals);
+  std::memcpy(labels.data.data(), vals, sizeof vals);
+  npy::write(D + "/labels.npy", labels);
+  const Result r = opforge_op({"softmax_xentropy", "--in", "logits=" + D + "/logits.npy", "--in", "labels=" + D + "/labels.npy",
+                               "--out", D + "/out"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("labels[1] = 7 is outside [0, 5)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(D + "/out"));
 }
 
 }  // namespace

@@ -356,8 +356,8 @@ void call(const opf_call* c, bool execute) {
               static_cast<float*>(expect_arg(args, 2, "losses", OPF_F32, {rows}).data),
               static_cast<float*>(expect_arg(args, 3, "max_log_sum_exp", OPF_F32, {rows}).data),
               float(smoothing), padding_idx};
+    check_labels("forward", a.labels, rows, cols, padding_idx);  // host data: supports() checks it too
     if (!execute || rows == 0) return;
-    check_labels("forward", a.labels, rows, cols, padding_idx);
     HWY_DYNAMIC_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 5, 2);
@@ -373,8 +373,8 @@ void call(const opf_call* c, bool execute) {
                static_cast<const float*>(expect_arg(args, 2, "max_log_sum_exp", OPF_F32, {rows}).data),
                static_cast<const int64_t*>(expect_arg(args, 3, "labels", OPF_I64, {rows}).data),
                expect_arg(args, 4, "grad_logits", x.dtype, {rows, cols}).data, float(smoothing), padding_idx};
-    if (!execute || rows == 0) return;
     check_labels("backward", a.labels, rows, cols, padding_idx);
+    if (!execute || rows == 0) return;
     HWY_DYNAMIC_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (softmax_xentropy has forward, backward)", c->entry ? c->entry : "");
