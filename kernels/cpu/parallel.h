@@ -53,6 +53,11 @@ void parallel_column_sums(const opf_host* host, int64_t rows, int64_t block, siz
   const int64_t blocks = (rows + block - 1) / block;
   const int64_t chunk = std::max<int64_t>(1, (blocks + 63) / 64) * block;
   const int64_t ntasks = std::max<int64_t>(1, (rows + chunk - 1) / chunk);
+  if (ntasks == 1) {  // one task adds straight into out: the same sums, without the extra passes
+    out.assign(width, 0.0);
+    f(0, rows, out.data());
+    return;
+  }
   std::vector<double> totals(size_t(ntasks) * width, 0.0);
   parallel_for(host, ntasks, [&](int64_t t) {
     f(t * chunk, std::min(rows, (t + 1) * chunk), totals.data() + size_t(t) * width);

@@ -71,15 +71,15 @@ using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 
+// The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
+// vectors and floats would be reloaded from the closure after every float store (a float
+// store may alias them).
 template <class S>
-void ForwardT(const Forward& a) {
+HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.sk);
   const auto vscale = hn::Set(d, a.scale), vmasked = hn::Set(d, kMaskedScore);
-  const int64_t rows = a.batch * a.heads * a.sq;
-  const bool stream = double(rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(n) * sizeof(S));
-  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
+
   auto z = hwy::AllocateAligned<float>(n);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t bi = r / (a.heads * a.sq), si = r % a.sq;
@@ -140,16 +140,26 @@ void ForwardT(const Forward& a) {
         [&](size_t k) { return z[k] * inv; });
   }
   if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
-  });
 }
 
 template <class S>
-void BackwardT(const Backward& a) {
+void ForwardT(const Forward& a) {
+  const size_t n = size_t(a.sk);
+  const int64_t rows = a.batch * a.heads * a.sq;
+  const bool stream = double(rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
+  const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) { ForwardRows<S>(a, stream, r0, r1); });
+}
+
+// The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
+// vectors and floats would be reloaded from the closure after every float store (a float
+// store may alias them).
+template <class S>
+HWY_NOINLINE void BackwardRows(const Backward& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.sk);
   const auto vscale = hn::Set(d, a.scale);
-  const int64_t chunk = opf::cpu::rows_per_task(a.rows, 3.0 * double(n) * sizeof(S));
-  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
+
   for (int64_t r = r0; r < r1; ++r) {
     S* dy = static_cast<S*>(a.dy) + r * a.sk;
     const S* y = static_cast<const S*>(a.y) + r * a.sk;
@@ -173,7 +183,13 @@ void BackwardT(const Backward& a) {
     }
     for (; j < n; ++j) dy[j] = from_f32<S>(a.scale * to_f32(y[j]) * (to_f32(dy[j]) - dot));
   }
-  });
+}
+
+template <class S>
+void BackwardT(const Backward& a) {
+  const size_t n = size_t(a.sk);
+  const int64_t chunk = opf::cpu::rows_per_task(a.rows, 3.0 * double(n) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) { BackwardRows<S>(a, r0, r1); });
 }
 
 OPF_CPU_TARGET_ENTRIES()
