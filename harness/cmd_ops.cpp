@@ -68,6 +68,8 @@ std::string cache_text(const Row& r) {
   if (!r.enabled) return "-";
   if (r.cache.key.empty()) return "no key (sources not found)";
   std::string s = (r.cache.present ? "cached " : "not cached ") + r.cache.key.substr(0, 12);
+  if (r.cache.pairs > 0)
+    s += " (" + std::to_string(r.cache.pairs_present) + "/" + std::to_string(r.cache.pairs) + " entry x dtype modules)";
   if (!r.cache.present && !r.failed_log.empty()) s += " (last build failed: " + r.failed_log + ")";
   if (!r.jit_used) s += " (unused: prebuilt)";
   return s;
@@ -162,7 +164,8 @@ int print_json() {
          ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json_str(r.reason) +
          ", \"jit\": " + (r.jit_used ? "true" : "false") +
          ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) + ", \"present\": " + (r.cache.present ? "true" : "false") +
-         ", \"dir\": " + json_str(r.cache.dir) + ", \"failed_log\": " + json_str(r.failed_log) + "}}";
+         ", \"dir\": " + json_str(r.cache.dir) + ", \"failed_log\": " + json_str(r.failed_log) +
+         ", \"pairs\": " + std::to_string(r.cache.pairs) + ", \"pairs_present\": " + std::to_string(r.cache.pairs_present) + "}}";
   }
   o += "\n  ]\n}\n";
   std::fputs(o.c_str(), stdout);

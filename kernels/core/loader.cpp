@@ -9,6 +9,8 @@
 //   OPFORGE_TUNE_<OP>_<NAME>=v   override a manifest tuning value; implies JIT for that op
 //   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled, or waited for
 //   OPFORGE_JIT_PCH=path|0       the CPU JIT's precompiled header (core/cpu_jit.h); 0: none
+//   OPFORGE_JIT_SPECIALIZE=0     CPU JIT: one module with every entry and dtype, compiled at load,
+//                                instead of a module per (entry, dtype) compiled at its first call
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
 #include "opforge/loader.h"
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -38,6 +41,7 @@ std::string_view module_source_name(ModuleSource s) {
     case ModuleSource::prebuilt: return "prebuilt";
     case ModuleSource::jit_cache: return "jit-cache";
     case ModuleSource::jit_compiled: return "jit-compiled";
+    case ModuleSource::jit_specialized: return "jit-specialized";
   }
   return "?";
 }
@@ -115,6 +119,23 @@ bool tuning_overridden(const OpInfo& op) {
   return o;
 }
 
+// One (entry, storage dtype) pair's source: the op's, with the macros of cpu/storage.h.
+detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry, const std::string& dtype) {
+  detail::JitSource src = jit_source(op, backend);
+  src.defines.push_back("OPF_JIT_ENTRY=\"" + entry + "\"");
+  src.defines.push_back("OPF_JIT_STORAGE=OPF_" + upper(dtype));
+  return src;
+}
+
+// CPU JIT modules are compiled per (entry, storage dtype) unless OPFORGE_JIT_SPECIALIZE=0.
+bool specialize_cpu_jit() {
+  const char* v = std::getenv("OPFORGE_JIT_SPECIALIZE");
+  return !(v && std::string_view(v) == "0");
+}
+bool specialized_jit(const OpInfo& op, std::string_view backend) {
+  return backend == "cpu" && !op.entries.empty() && !op.dtypes.empty() && specialize_cpu_jit();
+}
+
 void verbose(const std::string& msg) {
   if (env_flag("OPFORGE_JIT_VERBOSE")) std::fprintf(stderr, "opforge: %s\n", msg.c_str());
 }
@@ -153,10 +174,10 @@ struct Loader::Impl {
     return *b;
   }
 
-  // JIT cache entry -> compile now. Called with mu held.
-  LoadedModule load_jit(const OpInfo& op, detail::Backend& be) {
+  // JIT cache entry -> compile now. `what` names the module in messages ("layer_norm/cpu",
+  // "layer_norm/cpu forward f16"). Called with mu held.
+  LoadedModule load_jit(const OpInfo& op, detail::Backend& be, const detail::JitSource& src, const std::string& what) {
     namespace jit = detail::jit;
-    const detail::JitSource src = jit_source(op, be.name());
     const jit::Key key = jit::compute_key(op, be, src);
     const std::string dir = cache_root() + "/" + op.name + "/" + be.name();
     const std::string entry = dir + "/" + key.key, artefact = be.artefact_name();
@@ -202,7 +223,7 @@ struct Loader::Impl {
             std::chrono::duration_cast<std::chrono::system_clock::duration>(
                 std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
         if (mtime >= wait_start - std::chrono::seconds(1))
-          throw Error("JIT of " + op.name + "/" + be.name() + " failed in another process (" +
+          throw Error("JIT of " + what + " failed in another process (" +
                       jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" + jit::kLog);
       }
     }
@@ -214,7 +235,7 @@ struct Loader::Impl {
     jit::make_dirs(tmp);
     const std::string tmp_art = tmp + "/" + artefact, tmp_log = tmp + "/" + jit::kLog;
     jit::Sidecar side{op.name, be.name(), key.key, "ok", artefact, 0, "", 0, &key, ""};
-    verbose("JIT-compiling " + op.name + "/" + be.name() + " into " + entry);
+    verbose("JIT-compiling " + what + " into " + entry);
     const auto t0 = std::chrono::steady_clock::now();
     ++stats.compiles;
     try {
@@ -241,7 +262,7 @@ struct Loader::Impl {
     struct stat st;
     if (::stat(tmp_art.c_str(), &st) != 0) {
       jit::remove_tree(tmp);
-      throw Error("JIT of " + op.name + "/" + be.name() + ": compiler produced no " + artefact);
+      throw Error("JIT of " + what + ": compiler produced no " + artefact);
     }
     side.artefact_size = (long long)st.st_size;
     side.artefact_sha256 = jit::sha256_file(tmp_art);
@@ -255,6 +276,106 @@ struct Loader::Impl {
     m.info = be.open(op, m.path);
     m.source = ModuleSource::jit_compiled;
     return m;
+  }
+
+  // ---- CPU JIT specializations (cpu/storage.h): a module per (entry, storage dtype), compiled at
+  // that pair's first call. load() hands out `info`, whose run/supports route each call.
+  struct Specialized {
+    opf_module_info info{};
+    Impl* impl = nullptr;
+    OpInfo op;
+    detail::Backend* be = nullptr;
+    std::string isa;                                        // the first module's
+    std::map<std::string, const opf_module_info*> modules;  // "entry dtype"; under impl->mu
+  };
+  std::map<std::string, std::unique_ptr<Specialized>> specialized;  // "<op>/<backend>"; never erased
+
+  LoadedModule load_specialized(const OpInfo& op, detail::Backend& be) {
+    jit_source(op, be.name());  // a missing source fails here, at load, as for a whole module
+    const std::string id = op.name + "/" + be.name();
+    auto& s = specialized[id];
+    if (!s) {
+      s = std::make_unique<Specialized>();
+      s->impl = this;
+      s->op = op;
+      s->be = &be;
+      s->info = {OPF_ABI_VERSION, s->op.name.c_str(), "cpu", "host (JIT)", &run_specialized, &supports_specialized, s.get()};
+    }
+    LoadedModule m;
+    m.info = &s->info;
+    m.source = ModuleSource::jit_specialized;
+    m.path = cache_root() + "/" + id;
+    return m;
+  }
+
+  // The module for one (entry, dtype) pair; compiles it when the cache has none.
+  const opf_module_info* specialization(Specialized& s, const std::string& entry, const std::string& dtype) {
+    std::lock_guard lock(mu);
+    const std::string key = entry + " " + dtype;
+    if (auto it = s.modules.find(key); it != s.modules.end()) return it->second;
+    const detail::JitSource src = pair_source(s.op, s.be->name(), entry, dtype);
+    const LoadedModule m = load_jit(s.op, *s.be, src, s.op.name + "/" + s.be->name() + " " + key);
+    if (s.modules.empty() && m.info->isa) {
+      s.isa = m.info->isa;
+      s.info.isa = s.isa.c_str();  // set once, before any call through this module returns
+    }
+    return s.modules[key] = m.info;
+  }
+
+  // The op's (entry, dtype) pairs, compiled or found now; an empty filter matches all.
+  int prepare_specialized(Specialized& s, std::string_view entry, std::string_view dtype) {
+    int compiled = 0, matched = 0;
+    for (const EntryInfo& e : s.op.entries)
+      for (const std::string& t : s.op.dtypes) {
+        if ((!entry.empty() && e.name != entry) || (!dtype.empty() && t != dtype)) continue;
+        ++matched;
+        const int before = stats.compiles;
+        specialization(s, e.name, t);
+        compiled += stats.compiles - before;
+      }
+    if (matched == 0)
+      throw Error("op '" + s.op.name + "' has no entry '" + std::string(entry) + "' with dtype '" + std::string(dtype) + "'");
+    return compiled;
+  }
+
+  // The pair a call needs: its entry, and T from its first storage-rule argument holding a tensor.
+  // An entry or dtype the op does not have goes to the op's first entry or dtype, whose module
+  // then rejects the call with the op's own one-line reason.
+  static std::pair<std::string, std::string> pair_of(const OpInfo& op, const opf_call* c) {
+    const EntryInfo* e = c && c->entry ? op.find_entry(c->entry) : nullptr;
+    if (!e) e = &op.entries.front();
+    std::string dtype = op.dtypes.front();
+    for (size_t i = 0; c && c->args && i < e->args.size() && i < size_t(std::max(c->nargs, 0)); ++i) {
+      const opf_arg& a = c->args[i];
+      if (e->args[i].rule != DTypeRule::storage || a.count < 1 || !a.tensors) continue;
+      const int32_t t = a.tensors[0].dtype;
+      if (t >= 0 && t < OPF_DTYPE_COUNT) {
+        const std::string name(dtype_name(DType(t)));
+        if (std::find(op.dtypes.begin(), op.dtypes.end(), name) != op.dtypes.end()) dtype = name;
+      }
+      break;
+    }
+    return {e->name, dtype};
+  }
+
+  static int route(const opf_module_info* self, const opf_call* c, char* err, size_t n, bool execute) {
+    auto& s = *static_cast<Specialized*>(self->impl);
+    const opf_module_info* m = nullptr;
+    try {
+      const auto [entry, dtype] = pair_of(s.op, c);
+      m = s.impl->specialization(s, entry, dtype);
+    } catch (const std::exception& e) {
+      std::snprintf(err, n, "%s", e.what());
+      return 1;
+    }
+    if (execute) return m->run(m, c, err, n);
+    return m->supports ? m->supports(m, c, err, n) : 0;
+  }
+  static int run_specialized(const opf_module_info* self, const opf_call* c, char* err, size_t n) {
+    return route(self, c, err, n, true);
+  }
+  static int supports_specialized(const opf_module_info* self, const opf_call* c, char* err, size_t n) {
+    return route(self, c, err, n, false);
   }
 };
 
@@ -287,8 +408,10 @@ const LoadedModule& Loader::load(const OpInfo& op, std::string_view backend) {
     m.info = be.open(op, m.path);
     m.source = ModuleSource::prebuilt;
     ++impl_->stats.prebuilt_loads;
+  } else if (specialized_jit(op, backend)) {
+    m = impl_->load_specialized(op, be);
   } else {
-    m = impl_->load_jit(op, be);
+    m = impl_->load_jit(op, be, jit_source(op, be.name()), id);
   }
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return impl_->loaded[id] = std::move(m);
@@ -315,14 +438,35 @@ CacheState Loader::cache_state(const OpInfo& op, std::string_view backend) const
   detail::Backend* be = impl_->backend(backend);
   if (!be) return cs;
   try {
+    const std::string dir = cache_root() + "/" + op.name + "/" + std::string(backend) + "/";
+    if (specialized_jit(op, backend)) {  // key and dir: the first pair's; present: every pair's
+      cs.present = true;
+      for (const EntryInfo& e : op.entries)
+        for (const std::string& dtype : op.dtypes) {
+          const std::string key = detail::jit::compute_key(op, *be, pair_source(op, backend, e.name, dtype)).key;
+          const bool there = detail::jit::check_entry(dir + key, be->artefact_name()).valid;
+          if (cs.key.empty()) cs.key = key;
+          cs.present = cs.present && there;
+          ++cs.pairs;
+          cs.pairs_present += there;
+        }
+      cs.dir = dir + cs.key;
+      return cs;
+    }
     const detail::JitSource src = jit_source(op, backend);
     cs.key = detail::jit::compute_key(op, *be, src).key;
-    cs.dir = cache_root() + "/" + op.name + "/" + std::string(backend) + "/" + cs.key;
+    cs.dir = dir + cs.key;
     cs.present = detail::jit::check_entry(cs.dir, be->artefact_name()).valid;
   } catch (const Error&) {
     cs.key.clear();  // sources not reachable from here: no key this build would use
   }
   return cs;
+}
+
+int Loader::prepare(const OpInfo& op, std::string_view backend, std::string_view entry, std::string_view dtype) {
+  const LoadedModule& m = load(op, backend);
+  if (m.source != ModuleSource::jit_specialized) return 0;
+  return impl_->prepare_specialized(*static_cast<Impl::Specialized*>(m.info->impl), entry, dtype);
 }
 
 LoaderStats Loader::stats() const {
@@ -333,6 +477,8 @@ LoaderStats Loader::stats() const {
 void Loader::forget() {
   std::lock_guard lock(impl_->mu);
   impl_->loaded.clear();
+  // specialized modules' tables stay valid (callers may hold them); their pairs are looked up again
+  for (auto& [id, s] : impl_->specialized) s->modules.clear();
 }
 
 }  // namespace opf

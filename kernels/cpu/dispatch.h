@@ -2,7 +2,8 @@
 // per target, ForwardT<S>(const Forward&) and BackwardT<S>(const Backward&) templated on the
 // storage type (cpu/storage.h); these macros add what Highway needs around them:
 //   OPF_CPU_TARGET_ENTRIES()  inside the op's HWY_NAMESPACE: RunForward / RunBackward (switch on
-//                             the args' dtype) and TargetName.
+//                             the args' dtype through run_storage: a JIT specialization compiles
+//                             one entry for one dtype) and TargetName.
 //   OPF_CPU_EXPORT_ENTRIES()  once (#if HWY_ONCE), in the op's namespace: the dispatch tables and
 //                             isa(), the target chosen on this CPU (JIT builds: the host target).
 // Call an entry with HWY_DYNAMIC_DISPATCH(RunForward)(args).
@@ -14,10 +15,10 @@
 
 #define OPF_CPU_TARGET_ENTRIES()                                                      \
   void RunForward(const Forward& a) {                                                 \
-    opf::cpu::with_storage(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });       \
+    opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });   \
   }                                                                                   \
   void RunBackward(const Backward& a) {                                               \
-    opf::cpu::with_storage(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });      \
+    opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });   \
   }                                                                                   \
   const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 

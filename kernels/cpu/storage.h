@@ -3,10 +3,14 @@
 // bit-identical to opf::f32_to_f16 / opf::f32_to_bf16 (the suites round references the same way).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "opforge/abi.h"
 #include "opforge/dtype.h"
+#include "opforge/module.h"
 
 namespace opf::cpu {
 
@@ -35,6 +39,63 @@ bool with_storage(int32_t dtype, F&& f) {
     case OPF_BF16: f(bf16_t{}); return true;
     default: return false;
   }
+}
+
+// ---- JIT specializations
+// The CPU JIT compiles one module per (entry, storage dtype), at that pair's first call
+// (core/loader.cpp): most of a cold compile is optimising and emitting the kernels, and a call
+// needs one entry's kernels for one dtype, a sixth of a forward/backward op over f32/f16/bf16.
+// Such a module is built with -DOPF_JIT_ENTRY="<entry>" -DOPF_JIT_STORAGE=<dtype>; an op's kernels
+// are instantiated through run_storage<"entry">, which compiles only that pair's (everything
+// without these macros: prebuilt modules, peers).
+template <size_t N>
+struct EntryName {
+  char text[N];
+  constexpr EntryName(const char (&s)[N]) {  // NOLINT: implicit, so run_storage<"forward"> reads well
+    for (size_t i = 0; i < N; ++i) text[i] = s[i];
+  }
+  constexpr std::string_view view() const { return {text, N - 1}; }
+};
+
+template <EntryName E>
+constexpr bool entry_compiled() {
+#ifdef OPF_JIT_ENTRY
+  return E.view() == std::string_view(OPF_JIT_ENTRY);
+#else
+  return true;
+#endif
+}
+
+constexpr bool storage_compiled([[maybe_unused]] int32_t dtype) {
+#ifdef OPF_JIT_STORAGE
+  return dtype == OPF_JIT_STORAGE;
+#else
+  return true;
+#endif
+}
+
+// Entry E's kernels: calls f(S{}) with the storage type of dtype. A dtype this module has no
+// kernels for (not a float storage type, or not this JIT specialization's) fails the call with
+// one line: it never returns without computing.
+template <EntryName E, class F>
+void run_storage(int32_t dtype, F&& f) {
+  if constexpr (entry_compiled<E>()) {
+    switch (dtype) {
+      case OPF_F32:
+        if constexpr (storage_compiled(OPF_F32)) return f(float{});
+        break;
+      case OPF_F16:
+        if constexpr (storage_compiled(OPF_F16)) return f(f16_t{});
+        break;
+      case OPF_BF16:
+        if constexpr (storage_compiled(OPF_BF16)) return f(bf16_t{});
+        break;
+      default: break;
+    }
+  }
+  const std::string name = dtype >= 0 && dtype < OPF_DTYPE_COUNT ? std::string(dtype_name(DType(dtype))) : "?";
+  module::fail("%s", ("entry '" + std::string(E.view()) + "' has no " + name +
+                      " kernels in this module (a JIT specialization for another entry or dtype?)").c_str());
 }
 
 }  // namespace opf::cpu

@@ -68,11 +68,15 @@ class JitTest : public ::testing::Test {
     ::setenv("OPFORGE_CACHE_DIR", cache.c_str(), 1);
     ::setenv("OPFORGE_SOURCE_DIR", src.c_str(), 1);
     ::setenv("OPFORGE_FORCE_JIT", "1", 1);
+    // whole modules, compiled at load: the cache's mechanics, which per-pair modules share
+    // (jit_specialize_test.cpp covers those)
+    ::setenv("OPFORGE_JIT_SPECIALIZE", "0", 1);
     ::unsetenv("OPFORGE_LOCK_TIMEOUT");
     Loader::instance().forget();
   }
   void TearDown() override {
     if (!tmp.empty()) fs::remove_all(tmp);
+    ::unsetenv("OPFORGE_JIT_SPECIALIZE");
     Loader::instance().forget();
   }
 

@@ -2,8 +2,12 @@
 // file measured in the same run, interleaved, so both see the same machine load. The goal: a cold
 // JIT of each op within 0.5 s, or within 2x the plain compile. Printed, not asserted: on a shared
 // machine the load of the moment moves these numbers by more than the margin.
-//   OPF_JIT_TIME_REPS=n       cold compiles per op (default 3)
-//   OPF_JIT_TIME_NO_PCH=1     also time each op without the precompiled header
+// A CPU JIT module is compiled per (entry, storage dtype) at that pair's first call (core/loader.cpp):
+// what a first call waits for is one pair's compile, timed cold for every pair (the op's number is
+// its slowest pair). The whole module (OPFORGE_JIT_SPECIALIZE=0: every pair in one compile) is
+// timed once beside it.
+//   OPF_JIT_TIME_REPS=n       cold compiles per pair (default 2)
+//   OPF_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <spawn.h>
@@ -136,7 +140,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     if (o.has_backend("cpu")) ops.push_back(&o);
   if (ops.empty()) GTEST_SKIP() << "no op with a cpu backend is enabled in this build";
   const char* reps_env = std::getenv("OPF_JIT_TIME_REPS");
-  const int reps = std::max(1, reps_env && *reps_env ? std::atoi(reps_env) : 3);
+  const int reps = std::max(1, reps_env && *reps_env ? std::atoi(reps_env) : 2);
   const bool no_pch_too = std::getenv("OPF_JIT_TIME_NO_PCH") && std::string(std::getenv("OPF_JIT_TIME_NO_PCH")) != "0";
 
   char tmpl[] = "/tmp/opforge-jit-time-XXXXXX";
@@ -149,17 +153,37 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     plain.push_back(a);
   ::setenv("OPFORGE_FORCE_JIT", "1", 1);
   ::unsetenv("OPFORGE_SOURCE_DIR");
+  ::unsetenv("OPFORGE_JIT_PCH");
 
   Sample base;
-  std::map<std::string, Sample> with, without;
+  std::map<std::string, Sample> pair_time;  // "op entry dtype"
+  std::map<std::string, Sample> whole, whole_nopch;
   std::map<std::string, bool> used_pch;
   double load_lo = 1e9, load_hi = 0;
   auto& L = Loader::instance();
-  auto cold = [&](const OpInfo& op, const std::string& tag, Sample* s) {
-    ::setenv("OPFORGE_CACHE_DIR", (tmp / ("cache-" + tag)).c_str(), 1);
+  int tag = 0;
+  auto fresh_cache = [&] {
+    ::setenv("OPFORGE_CACHE_DIR", (tmp / ("cache-" + std::to_string(tag++))).c_str(), 1);
     L.forget();
+  };
+  // one pair, cold: what the first call of (entry, dtype) waits for
+  auto cold_pair = [&](const OpInfo& op, const std::string& entry, const std::string& dtype) {
+    fresh_cache();
+    ::unsetenv("OPFORGE_JIT_SPECIALIZE");
+    EXPECT_EQ(L.load(op, "cpu").source, ModuleSource::jit_specialized) << op.name;
+    const double c0 = children_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(L.prepare(op, "cpu", entry, dtype), 1) << op.name << " " << entry << " " << dtype;
+    Sample& s = pair_time[op.name + " " + entry + " " + dtype];
+    s.wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s.cpu.push_back(children_cpu_seconds() - c0);
+  };
+  auto cold_whole = [&](const OpInfo& op, Sample* s) {
+    fresh_cache();
+    ::setenv("OPFORGE_JIT_SPECIALIZE", "0", 1);
     const double c0 = children_cpu_seconds();
     const LoadedModule m = L.load(op, "cpu");
+    ::unsetenv("OPFORGE_JIT_SPECIALIZE");
     s->cpu.push_back(children_cpu_seconds() - c0);
     s->wall.push_back(m.load_seconds);
     EXPECT_EQ(m.source, ModuleSource::jit_compiled) << op.name;
@@ -173,37 +197,45 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     ASSERT_GE(w, 0) << "the plain compile failed";
     base.wall.push_back(w);
     base.cpu.push_back(cpu);
-    for (const OpInfo* op : ops) {
+    for (const OpInfo* op : ops)
+      for (const EntryInfo& e : op->entries)
+        for (const std::string& dtype : op->dtypes) cold_pair(*op, e.name, dtype);
+  }
+  for (const OpInfo* op : ops) {
+    const LoadedModule m = cold_whole(*op, &whole[op->name]);
+    used_pch[op->name] = read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
+    if (no_pch_too) {
+      ::setenv("OPFORGE_JIT_PCH", "0", 1);
+      cold_whole(*op, &whole_nopch[op->name]);
       ::unsetenv("OPFORGE_JIT_PCH");
-      const LoadedModule m = cold(*op, op->name + "-" + std::to_string(r), &with[op->name]);
-      used_pch[op->name] = read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
-      if (no_pch_too) {
-        ::setenv("OPFORGE_JIT_PCH", "0", 1);
-        cold(*op, op->name + "-nopch-" + std::to_string(r), &without[op->name]);
-        ::unsetenv("OPFORGE_JIT_PCH");
-      }
     }
   }
   L.forget();
   fs::remove_all(tmp);
 
-  std::printf("JIT compile time, %d cold compile(s) each (median; min), load average %.2f..%.2f on %ld CPUs:\n", reps,
+  std::printf("JIT compile time (median of %d cold compiles per pair; min), load average %.2f..%.2f on %ld CPUs:\n", reps,
               load_lo, load_hi, ::sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("  plain c++ -O2 -shared -fPIC of 50 lines: %.3f s (min %.3f s; CPU %.3f s)\n", base.median_wall(),
-              base.min_wall(), base.median_cpu());
+  const double y = base.median_wall();
+  std::printf("  plain c++ -O2 -shared -fPIC of 50 lines: %.3f s (min %.3f s; CPU %.3f s)\n", y, base.min_wall(),
+              base.median_cpu());
   for (const OpInfo* op : ops) {
-    const Sample& s = with[op->name];
-    const double x = s.median_wall(), y = base.median_wall();
-    std::printf("cold JIT %s: %.3f s, plain g++ baseline: %.3f s, ratio %.1f  (min %.3f s; CPU %.3f s; %s)\n",
-                op->name.c_str(), x, y, x / y, s.min_wall(), s.median_cpu(),
-                used_pch[op->name] ? "precompiled header" : "no precompiled header");
-    if (no_pch_too) {
-      const Sample& n = without[op->name];
-      std::printf("  without the precompiled header: %.3f s (min %.3f s; CPU %.3f s)\n", n.median_wall(), n.min_wall(),
-                  n.median_cpu());
-    }
-    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): %s\n", 2 * y,
-                x <= 0.5 || x <= 2 * y ? "met" : "not met");
+    double worst = 0;
+    std::string worst_pair;
+    for (const EntryInfo& e : op->entries)
+      for (const std::string& dtype : op->dtypes) {
+        const std::string key = op->name + " " + e.name + " " + dtype;
+        const Sample& s = pair_time[key];
+        std::printf("  %-40s %.3f s (min %.3f s; CPU %.3f s)\n", key.c_str(), s.median_wall(), s.min_wall(), s.median_cpu());
+        if (s.median_wall() > worst) worst = s.median_wall(), worst_pair = e.name + " " + dtype;
+      }
+    std::printf("cold JIT %s (first call; slowest pair, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
+                op->name.c_str(), worst_pair.c_str(), worst, y, worst / y);
+    const Sample& w = whole[op->name];
+    std::printf("  whole module (every pair in one compile, %s): %.3f s (CPU %.3f s)\n",
+                used_pch[op->name] ? "precompiled header" : "no precompiled header", w.median_wall(), w.median_cpu());
+    if (no_pch_too)
+      std::printf("  whole module without the precompiled header: %.3f s\n", whole_nopch[op->name].median_wall());
+    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): %s\n", 2 * y, worst <= 0.5 || worst <= 2 * y ? "met" : "not met");
   }
 }
 

@@ -140,7 +140,7 @@ void StepT(Step& a) {
 }
 
 void RunStep(Step& a) {
-  opf::cpu::with_storage(a.dtype, [&](auto s) {
+  opf::cpu::run_storage<"step">(a.dtype, [&](auto s) {
     if (a.adamw) {
       StepT<true, decltype(s)>(a);
     } else {

@@ -1,0 +1,213 @@
+// CPU JIT specializations (core/loader.cpp, cpu/storage.h): load() compiles nothing; each
+// (entry, storage dtype) pair is compiled at its first call, once, and computes exactly what the
+// whole module computes. A pair's module refuses other pairs rather than returning untouched outputs.
+// On layer_norm (two entries, three dtypes), JIT forced, in a fresh cache.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opforge/call.h"
+#include "opforge/dtype.h"
+#include "opforge/error.h"
+#include "opforge/loader.h"
+
+namespace opf {
+namespace {
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// One layer_norm call's tensors in storage dtype T (f32 or a 16-bit type), drawn from a seed.
+struct Call {
+  int64_t rows = 7, cols = 37;  // a tail after the vectors; several rows
+  DType t;
+  std::vector<uint16_t> x16, g16, b16, y16, dy16, dx16, dg16, db16;
+  std::vector<float> x32, g32, b32, y32, dy32, dx32, dg32, db32, mean, rstd;
+
+  Call(DType dtype, uint64_t seed) : t(dtype) {
+    std::printf("seed %llu\n", (unsigned long long)seed);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    auto draw = [&](size_t n, std::vector<float>* f, std::vector<uint16_t>* h) {
+      f->resize(n);
+      h->resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = u(rng);
+        (*f)[i] = v;
+        (*h)[i] = t == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+      }
+    };
+    const size_t n = size_t(rows * cols), c = size_t(cols);
+    draw(n, &x32, &x16);
+    draw(c, &g32, &g16);
+    draw(c, &b32, &b16);
+    draw(n, &dy32, &dy16);
+    // outputs poisoned: a pair that computes nothing cannot pass
+    for (auto* v : {&y32, &dx32}) v->assign(n, NAN);
+    for (auto* v : {&dg32, &db32}) v->assign(c, NAN);
+    for (auto* v : {&y16, &dx16}) v->assign(n, 0x7e01);
+    for (auto* v : {&dg16, &db16}) v->assign(c, 0x7e01);
+    mean.assign(size_t(rows), NAN);
+    rstd.assign(size_t(rows), NAN);
+  }
+  void* p(std::vector<float>& f, std::vector<uint16_t>& h) { return t == DType::f32 ? (void*)f.data() : (void*)h.data(); }
+
+  void forward(const opf_module_info* m) {
+    CallBuilder c(*find_op("layer_norm"), "forward");
+    c.add("x", p(x32, x16), t, {rows, cols}).add("gamma", p(g32, g16), t, {cols}).add("beta", p(b32, b16), t, {cols});
+    c.add("y", p(y32, y16), t, {rows, cols}).add("mean", mean.data(), DType::f32, {rows});
+    c.add("rstd", rstd.data(), DType::f32, {rows});
+    c.run(m);
+  }
+  void backward(const opf_module_info* m) {  // after forward (mean, rstd)
+    CallBuilder c(*find_op("layer_norm"), "backward");
+    c.add("dy", p(dy32, dy16), t, {rows, cols}).add("x", p(x32, x16), t, {rows, cols});
+    c.add("mean", mean.data(), DType::f32, {rows}).add("rstd", rstd.data(), DType::f32, {rows});
+    c.add("gamma", p(g32, g16), t, {cols}).add("dx", p(dx32, dx16), t, {rows, cols});
+    c.add("dgamma", p(dg32, dg16), t, {cols}).add("dbeta", p(db32, db16), t, {cols});
+    c.run(m);
+  }
+  // every output's bytes
+  std::vector<std::vector<uint8_t>> outputs() const {
+    auto bytes = [](const auto& v) {
+      const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+      return std::vector<uint8_t>(b, b + v.size() * sizeof(v[0]));
+    };
+    if (t == DType::f32) return {bytes(y32), bytes(mean), bytes(rstd), bytes(dx32), bytes(dg32), bytes(db32)};
+    return {bytes(y16), bytes(mean), bytes(rstd), bytes(dx16), bytes(dg16), bytes(db16)};
+  }
+};
+
+class JitSpecialize : public ::testing::Test {
+ protected:
+  fs::path tmp;
+  const OpInfo* op = nullptr;
+
+  void SetUp() override {
+    op = find_op("layer_norm");
+    if (!op || !op->has_backend("cpu")) GTEST_SKIP() << "layer_norm's cpu backend is not built";
+    char tmpl[] = "/tmp/opforge-jit-specialize-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    tmp = tmpl;
+    ::setenv("OPFORGE_CACHE_DIR", (tmp / "cache").c_str(), 1);
+    ::setenv("OPFORGE_FORCE_JIT", "1", 1);
+    ::unsetenv("OPFORGE_JIT_SPECIALIZE");
+    Loader::instance().forget();
+  }
+  void TearDown() override {
+    ::unsetenv("OPFORGE_JIT_SPECIALIZE");
+    Loader::instance().forget();
+    if (!tmp.empty()) fs::remove_all(tmp);
+  }
+  int compiles() const { return Loader::instance().stats().compiles; }
+  std::vector<fs::path> modules() const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(tmp / "cache" / "layer_norm" / "cpu"))
+      if (fs::exists(e.path() / "module.so")) out.push_back(e.path() / "module.so");
+    return out;
+  }
+};
+
+TEST_F(JitSpecialize, EachPairCompilesAtItsFirstCallOnceAndMatchesTheWholeModule) {
+  auto& L = Loader::instance();
+  const int c0 = compiles();
+  const LoadedModule& m = L.load(*op, "cpu");
+  ASSERT_EQ(m.source, ModuleSource::jit_specialized);
+  EXPECT_EQ(compiles(), c0) << "load() compiled something";
+
+  Call f16(DType::f16, 1234), f32(DType::f32, 99);
+  f16.forward(m.info);
+  EXPECT_EQ(compiles(), c0 + 1) << "forward f16 compiled more than its pair";
+  f16.forward(m.info);
+  EXPECT_EQ(compiles(), c0 + 1) << "the second call compiled again";
+  f16.backward(m.info);
+  f32.forward(m.info);
+  f32.backward(m.info);
+  EXPECT_EQ(compiles(), c0 + 4);
+  EXPECT_EQ(modules().size(), 4u) << "one cache entry per pair";
+  EXPECT_STRNE(m.info->isa, "host (JIT)") << "the pairs' target is not reported";
+
+  // the whole module, from the same sources, on the same inputs
+  ::setenv("OPFORGE_JIT_SPECIALIZE", "0", 1);
+  L.forget();
+  const LoadedModule& whole = L.load(*op, "cpu");
+  ASSERT_EQ(whole.source, ModuleSource::jit_compiled);
+  Call w16(DType::f16, 1234), w32(DType::f32, 99);
+  w16.forward(whole.info);
+  w16.backward(whole.info);
+  w32.forward(whole.info);
+  w32.backward(whole.info);
+  EXPECT_EQ(f16.outputs(), w16.outputs()) << "f16: a pair's module computes other bits than the whole module";
+  EXPECT_EQ(f32.outputs(), w32.outputs()) << "f32: a pair's module computes other bits than the whole module";
+  for (float v : f32.y32) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_F(JitSpecialize, PrepareCompilesEveryPairOnceAndTheCacheServesTheNextProcessLookup) {
+  auto& L = Loader::instance();
+  const int pairs = int(op->entries.size() * op->dtypes.size());
+  EXPECT_EQ(L.prepare(*op, "cpu", "backward", "bf16"), 1);
+  EXPECT_EQ(L.prepare(*op, "cpu"), pairs - 1);
+  EXPECT_EQ(L.prepare(*op, "cpu"), 0);
+  L.forget();  // a fresh lookup: every pair is a cache hit
+  const int hits = L.stats().cache_hits;
+  EXPECT_EQ(L.prepare(*op, "cpu"), 0);
+  EXPECT_EQ(L.stats().cache_hits, hits + pairs);
+  EXPECT_NE(error_of([&] { L.prepare(*op, "cpu", "sideways"); }).find("has no entry 'sideways'"), std::string::npos);
+}
+
+TEST_F(JitSpecialize, CallsTheOpRejectsGetTheOpsOwnReason) {
+  auto& L = Loader::instance();
+  const opf_module_info* m = L.load(*op, "cpu").info;
+  opf_call unknown{"sideways", nullptr, 0, nullptr, 0, nullptr, nullptr};
+  char err[256] = {0};
+  EXPECT_EQ(m->run(m, &unknown, err, sizeof err), 1);
+  EXPECT_NE(std::string(err).find("unknown entry 'sideways'"), std::string::npos) << err;
+  // f64 tensors: layer_norm has no f64; its f32 pair's module says what it accepts
+  std::vector<double> x(12, 1.0), g(4, 1.0), b(4, 0.0), y(12, 0.0);
+  std::vector<float> mean(3), rstd(3);
+  CallBuilder c(*op, "forward");
+  c.add("x", x.data(), DType::f64, {3, 4}).add("gamma", g.data(), DType::f64, {4}).add("beta", b.data(), DType::f64, {4});
+  c.add("y", y.data(), DType::f64, {3, 4}).add("mean", mean.data(), DType::f32, {3}).add("rstd", rstd.data(), DType::f32, {3});
+  const std::string why = c.supports(m);
+  EXPECT_NE(why.find("f32/f16/bf16"), std::string::npos) << why;
+  EXPECT_NE(error_of([&] { c.run(m); }).find(why), std::string::npos) << "run and supports disagree";
+}
+
+TEST_F(JitSpecialize, APairsModuleRefusesAnotherDtypeInsteadOfLeavingOutputsUntouched) {
+  auto& L = Loader::instance();
+  ASSERT_EQ(L.prepare(*op, "cpu", "forward", "f32"), 1);
+  const auto found = modules();
+  ASSERT_EQ(found.size(), 1u);
+  void* h = ::dlopen(found[0].c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << ::dlerror();
+  auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
+  ASSERT_NE(fn, nullptr);
+  const opf_module_info* pair = fn();
+  Call f16(DType::f16, 7), f32(DType::f32, 7);
+  const std::string why = error_of([&] { f16.forward(pair); });
+  EXPECT_NE(why.find("entry 'forward' has no f16 kernels in this module"), std::string::npos) << why;
+  const std::string backward = error_of([&] { f32.forward(pair); f32.backward(pair); });
+  EXPECT_NE(backward.find("entry 'backward' has no f32 kernels in this module"), std::string::npos) << backward;
+  for (float v : f32.y32) EXPECT_TRUE(std::isfinite(v)) << "its own pair still computes";
+}
+
+}  // namespace
+}  // namespace opf
