@@ -223,27 +223,6 @@ HWY_INLINE float MaxLanes(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::MaxOfLanes(d, v));
 }
 
-// exp(t) for t in [-87, 88] (callers clamp; results stay normal floats). Cody-Waite reduction
-// t = n ln2 + f, |f| <= ln2/2, then Highway's degree-7 minimax polynomial (max error ~1 ulp) in
-// Horner form, scaled by 2^n built in the exponent bits: ~14 vector ops where hn::Exp spends ~24
-// on the full float range, which matters in softmax (one exp per element, compute-bound).
-template <class D>
-HWY_INLINE hn::Vec<D> ExpNormalRange(D d, hn::Vec<D> t) {
-  const hn::RebindToSigned<D> di;
-  const auto n = hn::Round(hn::Mul(t, hn::Set(d, 1.442695040888963407f)));
-  auto f = hn::MulAdd(n, hn::Set(d, -0.693145751953125f), t);
-  f = hn::MulAdd(n, hn::Set(d, -1.428606765330187045e-6f), f);
-  auto p = hn::Set(d, 0.000198527617612853646278381f);
-  p = hn::MulAdd(p, f, hn::Set(d, 0.00139304355252534151077271f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.00833336077630519866943359f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.0416664853692054748535156f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.166666671633720397949219f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.5f));
-  p = hn::MulAdd(hn::Mul(p, f), f, f);  // expm1(f)
-  const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
-  return hn::MulAdd(p, scale, scale);
-}
-
 // Prefetches the cache lines of p[0, n): for rows the next pass will need while this one works
 // from cache (the hardware prefetcher alone leaves the row-by-row passes waiting on memory).
 template <class T>

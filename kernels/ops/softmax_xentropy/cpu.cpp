@@ -75,7 +75,7 @@ struct Backward {
 #include "hwy/highway.h"
 #include "hwy/aligned_allocator.h"
 #include "cpu/simd-inl.h"
-#include "ops/softmax_xentropy/exp-inl.h"
+#include "cpu/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace opf::softmax_xentropy_cpu::HWY_NAMESPACE {
@@ -83,7 +83,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
-using namespace opf::softmax_xentropy_exp::HWY_NAMESPACE;
 
 // Software prefetch OPF_TUNE_PREFETCH_BYTES ahead of p, for the 2 vectors at p. One thread's
 // demand loads, spread thin between exp arithmetic, keep too few cache misses in flight for the

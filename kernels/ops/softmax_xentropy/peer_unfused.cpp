@@ -1,7 +1,7 @@
 // softmax_xentropy's `unfused` peer: what PyTorch eager runs for
 // F.cross_entropy(logits, labels, label_smoothing=s, ignore_index=padding_idx, reduction='none'),
 // one whole-tensor pass at a time, each pass vectorised (with our kernel's accurate exp,
-// ExpClamped of exp-inl.h, so that the comparison measures the fusion, not the exp):
+// ExpClamped of cpu/exp-inl.h, so that the comparison measures the fusion, not the exp):
 //   forward:  log_softmax: logp = x - (m + log sum exp(x - m)) written in full ([N, C] f32),
 //             then nll/smoothing: loss = -(1-s) logp_y - (s/C) sum_c logp_c, reading logp back
 //             (with s = 0 eager runs nll_loss alone, a gather of N values: so does this peer).
@@ -53,7 +53,7 @@ struct Pass {
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "cpu/simd-inl.h"
-#include "ops/softmax_xentropy/exp-inl.h"
+#include "cpu/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace opf::suites::peers::xent_unfused::HWY_NAMESPACE {
@@ -61,7 +61,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
-using namespace opf::softmax_xentropy_exp::HWY_NAMESPACE;
 
 // log_softmax over the last dim (eager's vectorised kernel: max, sum of exp, write; the row's
 // re-reads come from cache), f32 output.

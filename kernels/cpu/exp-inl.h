@@ -1,18 +1,18 @@
-// The exp of softmax_xentropy's CPU module and of its unfused peer (the peer uses the same exp so
-// that the benchmark ratio measures the fusion, not the exp). Per-target Highway code: include it
-// after "hwy/highway.h" from a file that uses HWY_TARGET_INCLUDE (or HWY_COMPILE_ONLY_STATIC),
-// like cpu/simd-inl.h.
-#if defined(OPF_SOFTMAX_XENTROPY_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef OPF_SOFTMAX_XENTROPY_EXP_INL_H_
-#undef OPF_SOFTMAX_XENTROPY_EXP_INL_H_
+// The vector exp of the CPU modules (one exp per element is most of a softmax's arithmetic) and of
+// peers that must use the same exp, so that a benchmark ratio measures the fusion, not the exp.
+// Per-target Highway code: include it after "hwy/highway.h" from a file that uses
+// HWY_TARGET_INCLUDE (or HWY_COMPILE_ONLY_STATIC), like cpu/simd-inl.h.
+#if defined(OPF_CPU_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef OPF_CPU_EXP_INL_H_
+#undef OPF_CPU_EXP_INL_H_
 #else
-#define OPF_SOFTMAX_XENTROPY_EXP_INL_H_
+#define OPF_CPU_EXP_INL_H_
 #endif
 
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace opf::softmax_xentropy_exp::HWY_NAMESPACE {
+namespace opf::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr float kExpFloor = -87.0f;  // exp(-87) ~ 1.6e-38: the smallest normal range
@@ -22,9 +22,8 @@ constexpr float kExpCeil = 88.0f;    // exp(88) ~ 1.7e38: below FLT_MAX
 // f = t - n ln2 (|f| <= ln2/2), a degree-6 minimax polynomial with p(0) = 1 exactly (relative
 // error 5.5e-9 before rounding; exp(0) = 1, so one class or a uniform row stay exact), times 2^n.
 // ExpClamped (any target): clamps t to [-87, 88] and builds 2^n in the exponent bits (the magic
-// sum's low mantissa bits are n + 127): 14 vector ops, where cpu/simd-inl.h's ExpNormalRange
-// spends ~21 on x86 (its round-to-int and saturating conversion). Exp is most of this op's
-// arithmetic.
+// sum's low mantissa bits are n + 127): 14 vector ops, where a round-to-int and a saturating
+// conversion to build 2^n cost ~21 on x86.
 template <class D>
 HWY_INLINE hn::Vec<D> ExpPoly(D d, hn::Vec<D> f) {
   auto p = hn::Set(d, 0.00138934026f);
@@ -90,7 +89,7 @@ HWY_INLINE hn::Vec<D> ExpFast(D d, hn::Vec<D> t) {
 }
 #endif
 
-}  // namespace opf::softmax_xentropy_exp::HWY_NAMESPACE
+}  // namespace opf::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // OPF_SOFTMAX_XENTROPY_EXP_INL_H_
+#endif  // OPF_CPU_EXP_INL_H_
