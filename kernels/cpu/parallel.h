@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -58,13 +59,26 @@ void parallel_column_sums(const opf_host* host, int64_t rows, int64_t block, siz
     f(0, rows, out.data());
     return;
   }
-  std::vector<double> totals(size_t(ntasks) * width, 0.0);
+  // Each task zeroes its own totals, and the task totals are added column block by column block
+  // in parallel: serial, these two passes over ntasks * width doubles (4 MiB for 64 tasks of 8192
+  // columns) cost a tenth of a large backward's time. Every column is still summed in task order.
+  std::unique_ptr<double[]> totals(new double[size_t(ntasks) * width]);
   parallel_for(host, ntasks, [&](int64_t t) {
-    f(t * chunk, std::min(rows, (t + 1) * chunk), totals.data() + size_t(t) * width);
+    double* mine = totals.get() + size_t(t) * width;
+    std::fill(mine, mine + width, 0.0);
+    f(t * chunk, std::min(rows, (t + 1) * chunk), mine);
   });
   out.assign(width, 0.0);
-  for (int64_t t = 0; t < ntasks; ++t)
-    for (size_t k = 0; k < width; ++k) out[k] += totals[size_t(t) * width + k];
+  constexpr size_t kColumns = 2048;  // 16 KiB of out per task
+  const int64_t column_tasks = int64_t((width + kColumns - 1) / kColumns);
+  parallel_for(host, column_tasks, [&](int64_t c) {
+    const size_t k0 = size_t(c) * kColumns, k1 = std::min(width, k0 + kColumns);
+    double* o = out.data();
+    for (int64_t t = 0; t < ntasks; ++t) {
+      const double* src = totals.get() + size_t(t) * width;
+      for (size_t k = k0; k < k1; ++k) o[k] += src[k];
+    }
+  });
 }
 
 }  // namespace opf::cpu
