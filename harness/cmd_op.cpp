@@ -20,6 +20,7 @@
 #include "op/describe.h"
 #include "op/out_dir.h"
 #include "op/params.h"
+#include "op/text.h"
 #include "opforge/call.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
@@ -38,12 +39,6 @@ struct Options {
 struct RunFailed : Error {
   using Error::Error;
 };
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 // Device memory for the call's tensors, freed on every path out.
 class Buffers {

@@ -4,16 +4,11 @@
 
 #include "op/params.h"
 #include "op/shapes.h"
+#include "op/text.h"
 #include "opforge/error.h"
 
 namespace opf::cli {
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 std::string arg_names(const EntryInfo& e) {
   std::vector<std::string> n;

@@ -3,16 +3,11 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "op/text.h"
 #include "opforge/error.h"
 
 namespace opf::cli {
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 double parse_value(const ParamInfo& p, const std::string& text) {
   const std::string head = "param '" + p.name + "' = '" + text + "' ";
