@@ -200,6 +200,9 @@ void add_chakra_command(CLI::App& app) {
     });
   }
   add_chakra_link_commands(*chakra);
+  add_chakra_text_command(*chakra);
+  add_chakra_generate_command(*chakra);
+  add_chakra_visualize_command(*chakra);
 }
 
 }  // namespace opf::cli

@@ -96,7 +96,8 @@ void AtomicOutput::write(std::string_view bytes) {
   buf_.append(bytes);
 }
 
-void AtomicOutput::commit() {
+void AtomicOutput::finish() {
+  if (finished_) return;
   flush_buffer();
   if (gzip_) {
     char out[1 << 16];
@@ -118,6 +119,12 @@ void AtomicOutput::commit() {
     throw InputError(path_, "", std::string("close failed: ") + std::strerror(errno));
   }
   fd_ = -1;
+  finished_ = true;
+  std::string().swap(buf_);
+}
+
+void AtomicOutput::commit() {
+  finish();
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
     throw InputError(path_, "", std::string("cannot rename temp file into place: ") + std::strerror(errno));
   committed_ = true;

@@ -21,6 +21,10 @@ class AtomicOutput {
   AtomicOutput& operator=(const AtomicOutput&) = delete;
 
   void write(std::string_view bytes);
+  // Completes the temp file (flush, trim, close) without publishing it, so outputs that must
+  // appear together (one file per NPU) are all finished before the first is committed, with
+  // one descriptor open at a time. commit() finishes first if needed.
+  void finish();
   void commit();
   const std::string& path() const { return path_; }
 
@@ -31,6 +35,7 @@ class AtomicOutput {
   std::string path_, tmp_;
   int fd_ = -1;
   bool committed_ = false;
+  bool finished_ = false;
   bool gzip_ = false;
   z_stream zs_{};
   std::string buf_;
