@@ -12,6 +12,7 @@ packages=(
   libtomlplusplus-dev libxml2-dev                            # matrices, JUnit logs
   hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)
   valgrind                                                   # instruction-count gating
+  graphviz                                                   # `dot -Tsvg` checks the Chakra visualizer's .dot output
 )
 missing=()
 for p in "${packages[@]}"; do
