@@ -19,18 +19,18 @@ const char* type_color(int type) {
 
 std::string type_name(int type) {
   if (ChakraProtoMsg::NodeType_IsValid(type)) return ChakraProtoMsg::NodeType_Name(ChakraProtoMsg::NodeType(type));
-  return "TYPE_" + std::to_string(type);
+  return std::string("TYPE_") + std::to_string(type);  // not literal + string&&: GCC 12 -Wrestrict PR105651
 }
 
 std::string tooltip(const VizNode& n) {
   std::string t = n.name + "\nid " + std::to_string(n.id) + ", " + type_name(n.type) + ", " + std::to_string(n.duration) + " us";
   if (n.comm_type) {
     auto ct = ChakraProtoMsg::CollectiveCommType(*n.comm_type);
-    t += "\n" + (ChakraProtoMsg::CollectiveCommType_IsValid(int(*n.comm_type)) ? ChakraProtoMsg::CollectiveCommType_Name(ct)
-                                                                               : "comm_type " + std::to_string(*n.comm_type));
-    if (n.comm_size) t += ", " + std::to_string(*n.comm_size) + " bytes";
+    t += std::string("\n") + (ChakraProtoMsg::CollectiveCommType_IsValid(int(*n.comm_type)) ? ChakraProtoMsg::CollectiveCommType_Name(ct)
+                                                                               : std::string("comm_type ") + std::to_string(*n.comm_type));
+    if (n.comm_size) t.append(", ").append(std::to_string(*n.comm_size)).append(" bytes");
   }
-  if (n.outside_deps) t += "\n" + std::to_string(n.outside_deps) + " dependencies outside this view";
+  if (n.outside_deps) t.append("\n").append(std::to_string(n.outside_deps)).append(" dependencies outside this view");
   return t;
 }
 
