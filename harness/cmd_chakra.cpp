@@ -19,6 +19,7 @@
 #include "jsonizer.h"
 #include "ref_log.h"
 #include "regress.h"
+#include "sim_timeline.h"
 #include "simulator.h"
 #include "string_pool.h"
 #include "validator.h"
@@ -107,8 +108,32 @@ int run_validate(const std::vector<std::string>& files, const std::string& compa
   return rc;
 }
 
-int run_simulate(const std::string& in, const std::string& compat, const std::string& log_path) {
+// --timeline: every file is simulated on its own (as without it) and becomes one process of
+// the trace; the log lines are not printed then (the timeline is the output).
+int run_simulate_timeline(const std::vector<std::string>& files, bool compat, const std::string& out) {
+  std::vector<LoadedEt> ets(files.size());
+  std::vector<RankGraph> ranks;
+  try {
+    for (size_t k = 0; k < files.size(); ++k) {
+      load_et(files[k], compat, ets[k]);
+      for (const auto& is : validate_graph(ets[k].nodes))
+        if (is.error) throw InputError(files[k], is.where, is.problem);
+      ranks.push_back({files[k], rank_of_path(files[k], int64_t(k)), &ets[k]});
+    }
+    write_sim_timeline(ranks, out);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "opforge: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+int run_simulate(const std::vector<std::string>& files, const std::string& compat, const std::string& log_path,
+                 const std::string& timeline) {
   bool c = parse_compat(compat);
+  if (!timeline.empty()) return run_simulate_timeline(files, c, timeline);
+  if (files.size() != 1) throw opf::Error("chakra simulate: one .et file (several only with --timeline)");
+  const std::string& in = files[0];
   LoadedEt et;
   load_et(in, c, et);
   for (const auto& is : validate_graph(et.nodes))
@@ -175,13 +200,15 @@ void add_chakra_command(CLI::App& app) {
   }
   {
     auto* sub = chakra->add_subcommand("simulate", "Event-driven replay of the reference --simulate on an .et file");
-    auto in = std::make_shared<std::string>();
+    auto in = std::make_shared<std::vector<std::string>>();
     auto compat = std::make_shared<std::string>();
     auto log = std::make_shared<std::string>();
-    sub->add_option("in", *in, ".et file")->required();
+    auto timeline = std::make_shared<std::string>();
+    sub->add_option("in", *in, ".et file (with --timeline: one per rank, PREFIX.<rank>.et)")->required();
     sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream");
     sub->add_option("--log", *log, "write reference-format log lines here instead of stdout");
-    on_run(sub, [=] { return run_simulate(*in, *compat, *log); });
+    sub->add_option("--timeline", *timeline, "write the schedule as Chrome-trace / Perfetto JSON (µs) instead of log lines");
+    on_run(sub, [=] { return run_simulate(*in, *compat, *log, *timeline); });
   }
   {
     auto* sub = chakra->add_subcommand("regress", "Convert + jsonize every usable trace and compare with the goldens");
@@ -203,6 +230,7 @@ void add_chakra_command(CLI::App& app) {
   add_chakra_text_command(*chakra);
   add_chakra_generate_command(*chakra);
   add_chakra_visualize_command(*chakra);
+  add_chakra_timeline_command(*chakra);
 }
 
 }  // namespace opf::cli
