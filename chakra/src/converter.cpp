@@ -533,6 +533,7 @@ ConvertStats Converter::run() {
   if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
   ReadOptions ro;
   ro.compat_reference = opt_.compat_reference;
+  ro.parser_threads = opt_.parser_threads;
   PhaseTimer timer;
   tr_ = read_host_et(in_, ro);
 #ifdef __GLIBC__
