@@ -17,8 +17,10 @@
 #include "et_stream.h"
 #include "input_error.h"
 #include "jsonizer.h"
+#include "parallel_files.h"
 #include "ref_log.h"
 #include "regress.h"
+#include "sim_timeline.h"
 #include "simulator.h"
 #include "string_pool.h"
 #include "validator.h"
@@ -43,35 +45,29 @@ int run_convert(const std::vector<std::string>& files, const std::string& compat
   mallopt(M_ARENA_MAX, 1);
   if (files.size() % 2 != 0) throw opf::Error("chakra convert: expected IN OUT pairs, got an odd number of paths");
   size_t pairs = files.size() / 2;
-  std::atomic<size_t> next{0};
   std::mutex io;
   std::vector<std::string> errors(pairs);
-  auto worker = [&] {
-    for (size_t k; (k = next++) < pairs;) {
-      ConvertOptions o;
-      o.compat_reference = c;
-      o.simulate = simulate;
-      if (!log.empty()) o.log_path = pairs == 1 ? log : log + "." + std::to_string(k);
-      o.warn = [&](const std::string& w) {
-        std::lock_guard<std::mutex> g(io);
-        std::fprintf(stderr, "opforge: warning: %s\n", w.c_str());
-      };
-      o.sim_line = [&](const std::string& l) {
-        std::lock_guard<std::mutex> g(io);
-        std::printf("%s\n", l.c_str());
-      };
-      try {
-        convert(files[2 * k], files[2 * k + 1], o);
-      } catch (const std::exception& e) {
-        errors[k] = e.what();
-      }
+  const unsigned parser_threads = parser_threads_per_file(resolve_jobs(jobs, pairs));
+  for_each_file(pairs, jobs, [&](size_t k) {
+    ConvertOptions o;
+    o.compat_reference = c;
+    o.parser_threads = parser_threads;
+    o.simulate = simulate;
+    if (!log.empty()) o.log_path = pairs == 1 ? log : log + "." + std::to_string(k);
+    o.warn = [&](const std::string& w) {
+      std::lock_guard<std::mutex> g(io);
+      std::fprintf(stderr, "opforge: warning: %s\n", w.c_str());
+    };
+    o.sim_line = [&](const std::string& l) {
+      std::lock_guard<std::mutex> g(io);
+      std::printf("%s\n", l.c_str());
+    };
+    try {
+      convert(files[2 * k], files[2 * k + 1], o);
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
     }
-  };
-  int nthreads = std::max(1, std::min<int>(jobs, int(pairs)));
-  std::vector<std::thread> ts;
-  for (int t = 1; t < nthreads; ++t) ts.emplace_back(worker);
-  worker();
-  for (auto& t : ts) t.join();
+  });
   int rc = 0;
   for (const auto& e : errors)
     if (!e.empty()) {
@@ -81,34 +77,74 @@ int run_convert(const std::vector<std::string>& files, const std::string& compat
   return rc;
 }
 
-int run_validate(const std::vector<std::string>& files, const std::string& compat) {
+// Files are checked in parallel; each one's report is buffered and printed in input order, so
+// the output does not depend on -j.
+int run_validate(const std::vector<std::string>& files, const std::string& compat, int jobs) {
   bool c = parse_compat(compat);
-  int rc = 0;
-  for (const auto& f : files) {
+  struct Report {
+    std::string out, err;
+    bool failed = false;
+  };
+  std::vector<Report> reports(files.size());
+  for_each_file(files.size(), jobs, [&](size_t k) {
+    const std::string& f = files[k];
+    Report& r = reports[k];
     LoadedEt et;
     try {
       load_et(f, c, et);
-    } catch (const opf::Error& e) {
-      std::fprintf(stderr, "opforge: %s\n", e.what());
-      rc = 1;
-      continue;
+    } catch (const std::exception& e) {
+      r.err = std::string("opforge: ") + e.what() + "\n";
+      r.failed = true;
+      return;
     }
     size_t errors = 0, warnings = 0;
     auto report = [&](const Issue& is) {
-      std::fprintf(stderr, "%s: %s: %s: %s\n", f.c_str(), is.where.c_str(), is.error ? "error" : "warning", is.problem.c_str());
+      r.err += f + ": " + is.where + ": " + (is.error ? "error" : "warning") + ": " + is.problem + "\n";
       (is.error ? errors : warnings)++;
     };
     for (const auto& p : et.type_problems) report({true, "nodes", p});
     for (const auto& is : validate_metadata(et.meta)) report(is);
     for (const auto& is : validate_graph(et.nodes)) report(is);
-    std::printf("%s: %zu nodes, %zu errors, %zu warnings\n", f.c_str(), et.nodes.size(), errors, warnings);
-    if (errors) rc = 1;
+    r.out = f + ": " + std::to_string(et.nodes.size()) + " nodes, " + std::to_string(errors) + " errors, " +
+            std::to_string(warnings) + " warnings\n";
+    r.failed = errors > 0;
+  });
+  int rc = 0;
+  for (const Report& r : reports) {
+    std::fputs(r.err.c_str(), stderr);
+    std::fputs(r.out.c_str(), stdout);
+    std::fflush(stdout);
+    if (r.failed) rc = 1;
   }
   return rc;
 }
 
-int run_simulate(const std::string& in, const std::string& compat, const std::string& log_path) {
+// --timeline: every file is simulated on its own (as without it) and becomes one process of
+// the trace; the log lines are not printed then (the timeline is the output).
+int run_simulate_timeline(const std::vector<std::string>& files, bool compat, const std::string& out) {
+  std::vector<LoadedEt> ets(files.size());
+  std::vector<RankGraph> ranks;
+  try {
+    for (size_t k = 0; k < files.size(); ++k) {
+      load_et(files[k], compat, ets[k]);
+      for (const auto& is : validate_graph(ets[k].nodes))
+        if (is.error) throw InputError(files[k], is.where, is.problem);
+      ranks.push_back({files[k], rank_of_path(files[k], int64_t(k)), &ets[k]});
+    }
+    write_sim_timeline(ranks, out);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "opforge: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+int run_simulate(const std::vector<std::string>& files, const std::string& compat, const std::string& log_path,
+                 const std::string& timeline) {
   bool c = parse_compat(compat);
+  if (!timeline.empty()) return run_simulate_timeline(files, c, timeline);
+  if (files.size() != 1) throw opf::Error("chakra simulate: one .et file (several only with --timeline)");
+  const std::string& in = files[0];
   LoadedEt et;
   load_et(in, c, et);
   for (const auto& is : validate_graph(et.nodes))
@@ -142,12 +178,12 @@ void add_chakra_command(CLI::App& app) {
     auto* sub = chakra->add_subcommand("convert", "PyTorch host ET / linked JSON -> Chakra .et (IN OUT [IN OUT ...])");
     auto files = std::make_shared<std::vector<std::string>>();
     auto compat = std::make_shared<std::string>();
-    auto jobs = std::make_shared<int>(1);
+    auto jobs = std::make_shared<int>(0);
     auto sim = std::make_shared<bool>(false);
     auto log = std::make_shared<std::string>();
     sub->add_option("files", *files, "IN OUT pairs (.json or .json.gz in; OUT ending in .gz is gzip-compressed)")->required();
     sub->add_option("--compat", *compat, "'reference': reproduce the MLCommons converter byte for byte, bugs included");
-    sub->add_option("-j,--jobs", *jobs, "convert this many pairs in parallel");
+    sub->add_option("-j,--jobs", *jobs, "convert this many pairs in parallel (default: one per core)");
     sub->add_flag("--simulate", *sim, "run the reference's simple simulation after writing (log lines)");
     sub->add_option("--log", *log, "write the reference-format debug log here (per pair: FILE.<k> when several)");
     on_run(sub, [=] { return run_convert(*files, *compat, *jobs, *sim, *log); });
@@ -157,8 +193,10 @@ void add_chakra_command(CLI::App& app) {
     auto files = std::make_shared<std::vector<std::string>>();
     auto compat = std::make_shared<std::string>();
     sub->add_option("files", *files, ".et files")->required();
+    auto jobs = std::make_shared<int>(0);
     sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream, as in the reference reader");
-    on_run(sub, [=] { return run_validate(*files, *compat); });
+    sub->add_option("-j,--jobs", *jobs, "check this many files in parallel (default: one per core)");
+    on_run(sub, [=] { return run_validate(*files, *compat, *jobs); });
   }
   {
     auto* sub = chakra->add_subcommand("jsonize", "Chakra .et -> JSON (the reference jsonizer's layout)");
@@ -175,13 +213,15 @@ void add_chakra_command(CLI::App& app) {
   }
   {
     auto* sub = chakra->add_subcommand("simulate", "Event-driven replay of the reference --simulate on an .et file");
-    auto in = std::make_shared<std::string>();
+    auto in = std::make_shared<std::vector<std::string>>();
     auto compat = std::make_shared<std::string>();
     auto log = std::make_shared<std::string>();
-    sub->add_option("in", *in, ".et file")->required();
+    auto timeline = std::make_shared<std::string>();
+    sub->add_option("in", *in, ".et file (with --timeline: one per rank, PREFIX.<rank>.et)")->required();
     sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream");
     sub->add_option("--log", *log, "write reference-format log lines here instead of stdout");
-    on_run(sub, [=] { return run_simulate(*in, *compat, *log); });
+    sub->add_option("--timeline", *timeline, "write the schedule as Chrome-trace / Perfetto JSON (µs) instead of log lines");
+    on_run(sub, [=] { return run_simulate(*in, *compat, *log, *timeline); });
   }
   {
     auto* sub = chakra->add_subcommand("regress", "Convert + jsonize every usable trace and compare with the goldens");
@@ -203,6 +243,7 @@ void add_chakra_command(CLI::App& app) {
   add_chakra_text_command(*chakra);
   add_chakra_generate_command(*chakra);
   add_chakra_visualize_command(*chakra);
+  add_chakra_timeline_command(*chakra);
 }
 
 }  // namespace opf::cli

@@ -20,6 +20,7 @@ void add_chakra_link_commands(CLI::App& chakra);  // link/scale/synth under `opf
 void add_chakra_text_command(CLI::App& chakra);   // from-text
 void add_chakra_generate_command(CLI::App& chakra);   // generate
 void add_chakra_visualize_command(CLI::App& chakra);  // visualize
+void add_chakra_timeline_command(CLI::App& chakra);   // timeline
 void add_matrix_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_gate_command(CLI::App& app);

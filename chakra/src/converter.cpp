@@ -18,6 +18,7 @@
 #include "host_et.h"
 #include "id_index.h"
 #include "input_error.h"
+#include "metadata_deps.h"
 #include "proto/et_def.pb.h"
 #include "py_repr.h"
 #include "ref_log.h"
@@ -126,6 +127,8 @@ class Converter {
   void convert_node(uint32_t i);
   void encode_deps();
   void add_sync_deps();
+  template <class Alive>
+  void reparent_metadata_ctrl(const std::vector<uint32_t>& final_order, const Alive& alive);
   void write(const std::vector<uint32_t>& final_order);
   void encode_node(const Out& o, std::string& buf) const;
 
@@ -268,6 +271,29 @@ void Converter::add_sync_deps() {
   std::vector<std::pair<uint32_t, uint32_t>>().swap(sync_candidates_);
 }
 
+// Default mode: ctrl deps get the same treatment as data deps in metadata_deps.h (ASTRA-sim's
+// feeder follows them too): a ctrl dep on a METADATA node moves to that node's own ctrl parent,
+// or is dropped when the METADATA node has none.
+template <class Alive>
+void Converter::reparent_metadata_ctrl(const std::vector<uint32_t>& final_order, const Alive& alive) {
+  auto metadata_out = [&](int64_t id) -> const Out* {
+    if (!alive(id)) return nullptr;
+    const Out& t = outs_[out_pos_[find(id)]];
+    return t.type == ChakraProtoMsg::METADATA_NODE ? &t : nullptr;
+  };
+  for (uint32_t k : final_order) {
+    Out& o = outs_[k];
+    if (o.type == ChakraProtoMsg::METADATA_NODE || !o.has_ctrl) continue;
+    // bounded: a parent cycle among METADATA nodes must not hang (the validator reports cycles)
+    for (size_t steps = 0; o.has_ctrl && steps <= outs_.size(); ++steps) {
+      const Out* m = metadata_out(o.ctrl);
+      if (!m) break;
+      if (m->has_ctrl && alive(m->ctrl)) o.ctrl = m->ctrl;
+      else o.has_ctrl = false;
+    }
+  }
+}
+
 void Converter::encode_deps() {
   std::vector<uint32_t> epoch(tr_.nodes.size(), 0);
   std::vector<uint32_t> stack;
@@ -393,6 +419,9 @@ void Converter::encode_node(const Out& o, std::string& buf) const {
   const uint64_t ctrl = uint64_t(o.ctrl);
   // reference hack: the optimizer-step annotation covers most of the step, so it gets 0
   const uint64_t dur = uint64_t(n.name.find("Optimizer.step") != std::string_view::npos ? 0 : n.duration);
+  // default mode: the linked trace's start (truncated like the durations); the reference never
+  // writes one. A negative start cannot be a uint64 and is left out.
+  const uint64_t start = !opt_.compat_reference && n.has_ts && n.ts >= 0 ? uint64_t(n.ts) : 0;
   WireAttr attrs[kIntAttrCount + 6];
   size_t na = 0;
   for (int a = 0; a < kIntAttrCount; ++a) attrs[na++] = {WireAttr::kInt, kIntAttrNames[a], n.attr[a], {}};
@@ -419,6 +448,7 @@ void Converter::encode_node(const Out& o, std::string& buf) const {
   if (o.type != 0) size += 1 + varint_size(uint64_t(int64_t(o.type)));
   if (o.has_ctrl) size += len_field_size(tag(4, kLen), ctrl_size);
   if (!data.empty()) size += len_field_size(tag(5, kLen), data_size);
+  if (start != 0) size += 1 + varint_size(start);
   if (dur != 0) size += 1 + varint_size(dur);
   size += len_field_size(tag(8, kLen), in_size) + len_field_size(tag(9, kLen), out_size);
   for (size_t k = 0; k < na; ++k) {
@@ -435,6 +465,7 @@ void Converter::encode_node(const Out& o, std::string& buf) const {
   if (o.type != 0) p = put_varint(put_varint(p, tag(3, kVarint)), uint64_t(int64_t(o.type)));
   if (o.has_ctrl) p = put_packed(p, 4, &ctrl, 1, ctrl_size);
   if (!data.empty()) p = put_packed(p, 5, data.data(), data.size(), data_size);
+  if (start != 0) p = put_varint(put_varint(p, tag(6, kVarint)), start);
   if (dur != 0) p = put_varint(put_varint(p, tag(7, kVarint)), dur);
   p = put_io(p, 8, in_size, n.in_values, n.in_shapes, n.in_types);
   p = put_io(p, 9, out_size, n.out_values, n.out_shapes, n.out_types);
@@ -502,6 +533,7 @@ ConvertStats Converter::run() {
   if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
   ReadOptions ro;
   ro.compat_reference = opt_.compat_reference;
+  ro.parser_threads = opt_.parser_threads;
   PhaseTimer timer;
   tr_ = read_host_et(in_, ro);
 #ifdef __GLIBC__
@@ -648,6 +680,8 @@ ConvertStats Converter::run() {
     }
   }
 
+  if (!opt_.compat_reference) reparent_metadata_ctrl(final_order, alive);
+
   // validate before writing; the same graph view feeds the simulator
   for (const Out& o : outs_)
     for (uint64_t d : o.data_deps)
@@ -671,6 +705,12 @@ ConvertStats Converter::run() {
     g.stream = x.stream;
     g.has_tid = true;
     g.tid = x.attr[kTid];
+  }
+  if (!opt_.compat_reference) {
+    std::vector<bool> is_metadata(graph.size());
+    for (size_t j = 0; j < final_order.size(); ++j)
+      is_metadata[j] = outs_[final_order[j]].type == ChakraProtoMsg::METADATA_NODE;
+    stats_.metadata_bypassed = bypass_metadata_data_deps(graph, is_metadata);
   }
   ValidateOptions vo;
   vo.ctrl_dangling_is_error = !opt_.compat_reference;

@@ -14,6 +14,9 @@
 //    ctrl_deps=[0] after removing the process root 0 as dangling);
 //  * an input whose tensors do not have the 6-tuple layout gets comm_size 0 and a warning
 //    instead of an IndexError.
+//  * no node depends (data or ctrl) on a METADATA node: such deps move to the METADATA node's
+//    parents, because ASTRA-sim never issues the children a METADATA node frees (metadata_deps.h);
+//  * start_time_micros is written where the input has a start (`ts` of linked traces).
 // Both modes: duplicate ids, deps on missing nodes, cycles and negative durations are one-line
 // errors naming the node; the output appears only complete (temp file + rename).
 #pragma once
@@ -27,6 +30,7 @@ struct ConvertOptions {
   bool compat_reference = false;
   bool simulate = false;
   std::string log_path;   // reference-format debug log; empty = none
+  unsigned parser_threads = 0;   // node-parser threads of the reader (0: its default)
   std::function<void(const std::string&)> warn;        // default: stderr
   std::function<void(const std::string&)> sim_line;    // default: stdout (when no log file)
 };
@@ -36,6 +40,8 @@ struct ConvertStats {
   // default mode: sync_dep entries turned into data deps, and those left out (no written node
   // with that id / the dependency does not start before the node / it would close a cycle)
   size_t sync_deps = 0, sync_deps_missing = 0, sync_deps_not_earlier = 0, sync_deps_cyclic = 0;
+  // default mode: nodes whose data deps on METADATA nodes were moved to those nodes' parents
+  size_t metadata_bypassed = 0;
 };
 
 ConvertStats convert(const std::string& in_path, const std::string& out_path, const ConvertOptions& opt);

@@ -17,6 +17,7 @@ void load_et(const std::string& path, bool compat, LoadedEt& out) {
     g.data_deps.assign(n.data_deps().begin(), n.data_deps().end());
     g.ctrl_deps.assign(n.ctrl_deps().begin(), n.ctrl_deps().end());
     g.duration = n.duration_micros();
+    g.type = int(n.type());
     g.has_stream = false;
     for (const auto& a : n.attr()) {
       if (a.name() == "is_cpu_op" && a.value_case() == A::kBoolVal) g.is_cpu = a.bool_val();

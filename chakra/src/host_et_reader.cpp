@@ -609,7 +609,7 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   JsonStream js(src);
   od::parser mparser;
   std::unique_ptr<BatchParser> batches;
-  unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  unsigned workers = opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));   // tuning/benchmarks
   bool schema_checked = false;
   auto check_schema = [&](uint64_t offset) {

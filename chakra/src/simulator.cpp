@@ -15,7 +15,8 @@ std::string tid_text(const EtNode& n) { return n.has_tid ? std::to_string(n.tid)
 std::string stream_text(const EtNode& n) { return n.has_stream ? std::to_string(n.stream) : "None"; }
 }  // namespace
 
-SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit) {
+SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit,
+                   const SimSpan& span) {
   SimResult res;
   const uint32_t n = uint32_t(nodes.size());
   IdIndex pos;
@@ -138,6 +139,7 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
     if (cpu_busy && finish_time(cpu_start, cpu_node) <= now) {
       const EtNode& nd = nodes[cpu_node];
       emit("CPU Node ID " + std::to_string(nd.id) + " completed at " + std::to_string(now) + "us, tid: " + tid_text(nd));
+      if (span) span(cpu_node, cpu_start, now);
       cpu_busy = false;
       res.makespan = now;
     }
@@ -152,6 +154,7 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
       const EtNode& nd = nodes[s.node];
       emit("GPU Node ID " + std::to_string(nd.id) + " on stream " + stream_text(nd) + " completed at " +
            std::to_string(now) + "us, tid: stream " + stream_text(nd));
+      if (span) span(s.node, s.start, now);
       s.busy = false;
       --gpu_running;
       res.makespan = now;

@@ -19,7 +19,13 @@ struct SimResult {
   size_t issued = 0;       // nodes that ran (< nodes.size() if some never became ready)
 };
 
-// `emit` receives each log line (without the "LEVEL [date] " prefix).
-SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit);
+// What ran when: node index in `nodes`, issue tick and completion tick (µs). A node holds its
+// resource (the CPU, or its stream) for [start, end).
+using SimSpan = std::function<void(uint32_t node, uint64_t start, uint64_t end)>;
+
+// `emit` receives each log line (without the "LEVEL [date] " prefix); `span`, if set, each
+// completed node (for timelines).
+SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(const std::string&)>& emit,
+                   const SimSpan& span = {});
 
 }  // namespace opf::chakra

@@ -2,6 +2,8 @@
 // each reference bug the default mode fixes (specs §8), plus validator and simulator semantics.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "converter.h"
@@ -80,6 +82,9 @@ TEST(ReferenceSimulation, SimulatingTheReferenceEtGivesTheReferenceLogLines) {
 
 // ---- default-mode fixes
 
+// The other default-mode differences on this trace (start times, METADATA re-parenting) are
+// undone here so that this test sees the ctrl-dep fix alone; test_metadata_deps.cpp and
+// DefaultMode.WritesStartTimes* check them.
 TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
   OPF_REQUIRE_TRACES();
   TempDir td;
@@ -89,19 +94,34 @@ TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
   auto a = read_nodes(td.file("compat.et")), b = read_nodes(td.file("default.et"));
   ASSERT_EQ(a.size(), b.size());
   std::set<uint64_t> ids;
-  for (const auto& n : b) ids.insert(n.id());
-  size_t dangling_in_reference = 0;
+  std::map<uint64_t, std::vector<uint64_t>> metadata_deps;   // METADATA node -> its data deps
+  for (const auto& n : b) {
+    ids.insert(n.id());
+    if (n.type() == ChakraProtoMsg::METADATA_NODE) metadata_deps[n.id()] = {n.data_deps().begin(), n.data_deps().end()};
+  }
+  ASSERT_EQ(metadata_deps.size(), 1u) << "c102 has one process_group:init";
+  size_t dangling_in_reference = 0, reparented = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     for (uint64_t c : b[i].ctrl_deps()) EXPECT_TRUE(ids.count(c)) << "node " << b[i].id() << " ctrl dep " << c;
-    ChakraProtoMsg::Node x = a[i];
+    if (b[i].name() != "[pytorch|profiler|execution_trace|thread]")   // the linker gives it no ts
+      EXPECT_GT(b[i].start_time_micros(), 0u) << "node " << b[i].id() << ": every op of a linked trace has a ts";
+    EXPECT_EQ(a[i].start_time_micros(), 0u);
+    ChakraProtoMsg::Node x = a[i], y = b[i];
+    y.clear_start_time_micros();
     bool had_dangling = x.ctrl_deps_size() == 1 && !ids.count(x.ctrl_deps(0));
     if (had_dangling) {
       ++dangling_in_reference;
       x.clear_ctrl_deps();
     }
-    EXPECT_EQ(x.SerializeAsString(), b[i].SerializeAsString()) << "node " << a[i].id() << " differs beyond the ctrl-dep fix";
+    if (x.type() != ChakraProtoMsg::METADATA_NODE && x.data_deps_size() == 1 && metadata_deps.count(x.data_deps(0))) {
+      ++reparented;
+      x.clear_data_deps();
+      for (uint64_t d : metadata_deps[a[i].data_deps(0)]) x.add_data_deps(d);
+    }
+    EXPECT_EQ(x.SerializeAsString(), y.SerializeAsString()) << "node " << a[i].id() << " differs beyond the ctrl-dep fix";
   }
   EXPECT_EQ(dangling_in_reference, 1u) << "the reference writes the thread root with ctrl_deps=[0] (removed node)";
+  EXPECT_EQ(reparented, 1u) << "aten::empty (3) waits on process_group:init (2) in the reference";
 }
 
 TEST(DefaultMode, ReadsSchema101FlatFormatThatTheReferenceRejects) {
@@ -268,6 +288,19 @@ TEST(DefaultMode, SyncDepsBecomeDataDepsWhenTheTargetStartsEarlier) {
   EXPECT_EQ(st.sync_deps + st.sync_deps_missing + st.sync_deps_not_earlier + st.sync_deps_cyclic, 0u);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(depends_on(node_by_id(read_nodes(td.file("c.et")), 5), 4));
+}
+
+TEST(DefaultMode, WritesStartTimesWhereTheInputHasThem) {
+  TempDir td;
+  test::write_file(td.file("t.json"), sync_trace());
+  convert(td.file("t.json"), td.file("d.et"), quiet(false));
+  convert(td.file("t.json"), td.file("c.et"), quiet(true));
+  auto d = read_nodes(td.file("d.et"));
+  EXPECT_EQ(node_by_id(d, 2).start_time_micros(), 0u) << "no ts in the input";
+  EXPECT_EQ(node_by_id(d, 3).start_time_micros(), 10u);
+  EXPECT_EQ(node_by_id(d, 4).start_time_micros(), 12u) << "12.5 truncated, like exclusive_dur";
+  EXPECT_EQ(node_by_id(d, 10).start_time_micros(), 47u);
+  for (const auto& n : read_nodes(td.file("c.et"))) EXPECT_EQ(n.start_time_micros(), 0u) << "the reference writes none";
 }
 
 TEST(Converter, CommSizeSumsGenericListTensorsAndSkipsOutputs) {
