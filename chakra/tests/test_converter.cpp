@@ -103,8 +103,9 @@ TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
   size_t dangling_in_reference = 0, reparented = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     for (uint64_t c : b[i].ctrl_deps()) EXPECT_TRUE(ids.count(c)) << "node " << b[i].id() << " ctrl dep " << c;
-    if (b[i].name() != "[pytorch|profiler|execution_trace|thread]")   // the linker gives it no ts
+    if (b[i].name() != "[pytorch|profiler|execution_trace|thread]") {  // the linker gives it no ts
       EXPECT_GT(b[i].start_time_micros(), 0u) << "node " << b[i].id() << ": every op of a linked trace has a ts";
+    }
     EXPECT_EQ(a[i].start_time_micros(), 0u);
     ChakraProtoMsg::Node x = a[i], y = b[i];
     y.clear_start_time_micros();

@@ -42,8 +42,9 @@ std::vector<test::XEvent> check_timeline(const std::vector<std::string>& files, 
     // the same start times as the simulator's own log lines
     std::map<uint64_t, uint64_t> issue_at;
     simulate(et.nodes, [](const std::string&) {}, [&](uint32_t i, uint64_t s, uint64_t) { issue_at[et.nodes[i].id] = s; });
-    for (const auto& e : ev)
+    for (const auto& e : ev) {
       if (e.pid == pid) EXPECT_EQ(e.ts, double(issue_at[uint64_t(e.id)])) << "node " << e.id;
+    }
   }
   EXPECT_EQ(pids.size(), files.size()) << "one process per rank";
   std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> by_thread;
