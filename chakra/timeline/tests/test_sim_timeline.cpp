@@ -43,7 +43,9 @@ std::vector<test::XEvent> check_timeline(const std::vector<std::string>& files, 
     std::map<uint64_t, uint64_t> issue_at;
     simulate(et.nodes, [](const std::string&) {}, [&](uint32_t i, uint64_t s, uint64_t) { issue_at[et.nodes[i].id] = s; });
     for (const auto& e : ev) {
-      if (e.pid == pid) EXPECT_EQ(e.ts, double(issue_at[uint64_t(e.id)])) << "node " << e.id;
+      if (e.pid == pid) {
+        EXPECT_EQ(e.ts, double(issue_at[uint64_t(e.id)])) << "node " << e.id;
+      }
     }
   }
   EXPECT_EQ(pids.size(), files.size()) << "one process per rank";
