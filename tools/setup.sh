@@ -12,7 +12,7 @@ packages=(
   libtomlplusplus-dev libxml2-dev                            # matrices, JUnit logs
   hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)
   valgrind                                                   # instruction-count gating
-  graphviz                                                   # `dot -Tsvg` checks the Chakra visualizer's .dot output
+  graphviz chromium-headless-shell                           # the Chakra visualizer's .dot (dot -Tsvg) and HTML (a real browser) checks
 )
 missing=()
 for p in "${packages[@]}"; do
