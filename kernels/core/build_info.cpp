@@ -26,14 +26,27 @@ std::vector<std::string> split_units(const char* s) {
 
 const std::string& version() { static const std::string v = OPF_VERSION; return v; }
 const std::string& mode() { static const std::string v = OPF_MODE; return v; }
-const std::string& source_root() { static const std::string v = OPF_SOURCE_ROOT; return v; }
-const std::string& build_root() { static const std::string v = OPF_BUILD_ROOT; return v; }
+const std::string& source_root() { static const std::string v = install_root().empty() ? OPF_SOURCE_ROOT : ""; return v; }
+const std::string& build_root() { static const std::string v = install_root().empty() ? OPF_BUILD_ROOT : ""; return v; }
 
 const std::string& module_dir() {
   static const std::string v = [] {
     const char* env = std::getenv("OPFORGE_MODULE_DIR");
-    return std::string(env && *env ? env : OPF_MODULE_DIR);
+    if (env && *env) return std::string(env);
+    return install_root().empty() ? std::string(OPF_MODULE_DIR) : install_root() + "/modules";
   }();
+  return v;
+}
+
+const std::string& jit_source_root() {
+  static const std::string v = install_root().empty() ? source_root() : install_root();
+  return v;
+}
+
+const std::string& jit_pch_header() {
+  // An install carries the bundle exactly when the build made one (kernels/install/meson.build).
+  static const std::string v = install_root().empty() || !*OPF_JIT_PCH ? std::string(OPF_JIT_PCH)
+                                                                     : install_root() + "/jit/opf_jit_pch.h";
   return v;
 }
 

@@ -361,7 +361,7 @@ bool source_disables_fp_contract(const std::string& path) {
 
 std::string pch_header_path() {
   if (const char* e = std::getenv("OPFORGE_JIT_PCH")) return std::string(e) == "0" ? "" : e;
-  return OPF_JIT_PCH;
+  return build::jit_pch_header();
 }
 
 namespace {

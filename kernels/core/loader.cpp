@@ -3,8 +3,9 @@
 // Environment (all optional):
 //   OPFORGE_CACHE_DIR            JIT cache root (else $XDG_CACHE_HOME/opforge, else ~/.cache/opforge)
 //   OPFORGE_LOCK_TIMEOUT         seconds to wait for another process building the same key (300)
-//   OPFORGE_SOURCE_DIR           opforge source tree the JIT compiles from (else the configured one)
-//   OPFORGE_MODULE_DIR           where prebuilt modules are (else the build tree's kernels/)
+//   OPFORGE_SOURCE_DIR           opforge source tree the JIT compiles from (else the install's copy or
+//                                the configured one)
+//   OPFORGE_MODULE_DIR           where prebuilt modules are (else the install's or the build tree's)
 //   OPFORGE_FORCE_JIT=1          ignore prebuilt modules (tests; comparing prebuilt with JIT)
 //   OPFORGE_TUNE_<OP>_<NAME>=v   override a manifest tuning value; implies JIT for that op
 //   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled, or waited for
@@ -96,11 +97,11 @@ std::vector<std::string> tune_defines(const OpInfo& op, bool* overridden) {
   return defs;
 }
 
-// Where the JIT finds op sources: the source tree recorded at configure time, or
-// $OPFORGE_SOURCE_DIR (a project root containing kernels/).
+// Where the JIT finds op sources: $OPFORGE_SOURCE_DIR (a project root containing kernels/), else
+// the install's copy, else the source tree recorded at configure time.
 detail::JitSource jit_source(const OpInfo& op, std::string_view backend) {
   const char* env = std::getenv("OPFORGE_SOURCE_DIR");
-  const std::string root = env && *env ? std::string(env) : build::source_root();
+  const std::string root = env && *env ? std::string(env) : build::jit_source_root();
   const std::string kernels = root + "/kernels";
   detail::JitSource src;
   src.main_file = kernels + "/ops/" + op.name + "/" + (backend == "cpu" ? "cpu.cpp" : "kernel.cu");
