@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages opforge needs (only those missing), then configures and builds
 # a build tree. Usage: tools/setup.sh [BUILD_DIR [meson -D options...]]   (default: build)
+#                      tools/setup.sh --packages-only   (CI images: .github/workflows/matrix.yml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+packages_only=false
+if [[ ${1:-} == --packages-only ]]; then
+  packages_only=true
+  shift
+fi
 
 packages=(
   meson ninja-build pkg-config g++ python3 ccache
@@ -13,6 +19,7 @@ packages=(
   hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)
   valgrind                                                   # instruction-count gating
   graphviz chromium-headless-shell                           # the Chakra visualizer's .dot (dot -Tsvg) and HTML (a real browser) checks
+  yamllint                                                   # the CI workflow's lint test
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -26,6 +33,8 @@ if ((${#missing[@]})); then
   $sudo apt-get -o DPkg::Lock::Timeout=300 update -q
   $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+$packages_only && exit 0
 
 build=${1:-build}
 shift || true
