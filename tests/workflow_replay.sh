@@ -59,7 +59,7 @@ for cell in "${cells[@]}"; do
 done
 # the merge job's download: every bundle artifact side by side
 mkdir "$tmp/bundles"
-for cell in "${cells[@]}"; do mv "$tmp.$cell" "$tmp/bundles/$cell"; done
+for cell in "${cells[@]}"; do [[ ! -d $tmp.$cell ]] || mv "$tmp.$cell" "$tmp/bundles/$cell"; done
 gate=0
 tools/ci/merge.sh "$tmp.direct" "$tmp/bundles" "$tmp/merged" --timing advisory >"$tmp/merge.log" 2>&1 || gate=$?
 cat "$tmp/merge.log"
