@@ -81,7 +81,8 @@ Plan make_plan(const MatrixSpec& spec, const OptionCatalog& catalog, const std::
     for (const auto& r : spec.excludes) {
       std::vector<std::pair<int, int>> f;
       bool can_fire = true;
-      for (const auto& [k, v] : r.when) {
+      for (const auto& [key, v] : r.when) {
+        const std::string& k = key;  // clang < 16 cannot capture a structured binding
         auto ax = std::find_if(spec.axes.begin(), spec.axes.end(), [&](const Axis& a) { return a.option == k; });
         if (ax == spec.axes.end()) {
           can_fire = can_fire && effective(k, spec.base, catalog) == v;

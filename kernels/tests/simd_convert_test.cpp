@@ -148,6 +148,31 @@ TEST_P(SimdConvert, RoundBf16Streamed) { check_rounding(true, true); }
 TEST_P(SimdConvert, RoundF16) { check_rounding(false, false); }
 TEST_P(SimdConvert, RoundF16Streamed) { check_rounding(false, true); }
 
+#if defined(__FLT16_MAX__)
+// The portable f32 -> f16 rounding (used where the compiler lacks _Float16: clang 14, the fuzz
+// build) against the compiler's own conversion: every 251st bit pattern (all exponents, both
+// signs, a spread of mantissas) plus every pattern around the f16 normal/subnormal/overflow edges.
+TEST(PortableF16, MatchesFloat16) {
+  auto check = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    const _Float16 h = static_cast<_Float16>(x);
+    uint16_t want;
+    std::memcpy(&want, &h, 2);
+    const uint16_t got = opf::f32_to_f16_rne(x);
+    if (std::isnan(x)) return f16_is_nan(got);
+    return got == want;
+  };
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 251) ASSERT_TRUE(check(uint32_t(u))) << std::hex << u;
+  for (uint32_t edge : {0x33000000u, 0x38800000u, 0x477ff000u, 0x7f800000u})
+    for (uint32_t sign : {0u, 0x80000000u})
+      for (uint32_t d = 0; d < 0x4000; ++d) {
+        ASSERT_TRUE(check(sign | (edge + d))) << std::hex << (sign | (edge + d));
+        ASSERT_TRUE(check(sign | (edge - d))) << std::hex << (sign | (edge - d));
+      }
+}
+#endif
+
 }  // namespace
 }  // namespace opf::simd_test
 #endif  // HWY_ONCE

@@ -67,6 +67,29 @@ inline uint16_t f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
+// IEEE binary16 from binary32, round to nearest even: compilers without _Float16 (clang < 15
+// on x86, the fuzz build) use it; a test checks it against _Float16 where both exist.
+inline uint16_t f32_to_f16_rne(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN stays NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: infinity
+  if (a < 0x38800000u) {                                 // below 2^-14: subnormal or zero
+    if (a < 0x33000000u) return sign;                    // <= 2^-25 rounds to zero (tie to even)
+    const uint32_t e = a >> 23, man = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;                       // 14..24 bits dropped
+    uint32_t h = man >> shift;
+    const uint32_t rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = ((a >> 13) - (112u << 10));  // rebias 127 -> 15
+  const uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still right
+  return uint16_t(sign | h);
+}
 inline float f16_to_f32(uint16_t h) {
 #if defined(__FLT16_MAX__) && !defined(__CUDACC__)
   _Float16 v;
@@ -99,7 +122,7 @@ inline uint16_t f32_to_f16(float f) {
   std::memcpy(&h, &v, 2);
   return h;
 #else
-#error "opforge needs a compiler with _Float16 for host-side f16 conversion"
+  return f32_to_f16_rne(f);
 #endif
 }
 
