@@ -190,6 +190,55 @@ TEST(MultiTensor, ScaleInPlaceMatchesOutOfPlace) {
   }
 }
 
+// Outputs of 16 MiB and more take the non-temporal store path (manifest tune stream_min_bytes),
+// which the sweep's cases are too small for: every element against the formula, an output that
+// starts off the vector alignment (one element into its buffer), and in place.
+TEST(MultiTensor, LargeOutputsStreamedMatchTheFormula) {
+  const std::vector<int64_t> sizes = {4194304 + 3, 5, 1000001};
+  const List x = List(DType::f32, sizes).fill(20), y = List(DType::f32, sizes).fill(21);
+  Params p;
+  p.scale = 1.0 / 7;
+  for (const char* entry : {"scale", "axpby"}) {
+    const bool ax = entry[0] == 'a';
+    std::vector<std::vector<float>> out;
+    for (int64_t n : sizes) out.emplace_back(size_t(n) + 1, NAN);
+    int32_t flag = 0;
+    List xi = x, yi = y;
+    ASSERT_EQ(run(entry, p, [&](opf::CallBuilder& b) {
+                xi.add_to(b, ax ? "x" : "in");
+                if (ax) yi.add_to(b, "y");
+                b.empty_list("out");
+                for (size_t k = 0; k < sizes.size(); ++k) b.add("out", out[k].data() + 1, DType::f32, {sizes[k]});
+                b.add("noop_flag", &flag, DType::i32, {1});
+              }),
+              0);
+    EXPECT_EQ(flag, 0);
+    int bad = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      EXPECT_TRUE(std::isnan(out[k][0])) << "wrote before the output";
+      for (int64_t i = 0; i < sizes[k] && bad < 3; ++i) {
+        const double got = out[k][size_t(i) + 1];
+        const double want = ax ? double(float(f32(p.a) * x.at(k, i))) + double(float(f32(p.b) * y.at(k, i)))
+                               : x.at(k, i) * f32(p.scale);
+        if (!(std::fabs(got - want) <= 0x1p-23 * std::fabs(want) + 0x1p-149)) {
+          ++bad;
+          ADD_FAILURE() << entry << " tensor " << k << " element " << i << ": " << got << " want " << want;
+        }
+      }
+    }
+    if (ax) continue;
+    List inplace = x;  // in place: the same bits
+    ASSERT_EQ(run("scale", p, [&](opf::CallBuilder& b) {
+                inplace.add_to(b, "in");
+                inplace.add_to(b, "out");
+                b.add("noop_flag", &flag, DType::i32, {1});
+              }),
+              0);
+    for (size_t k = 0; k < sizes.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(inplace.data[k].data(), out[k].data() + 1, size_t(sizes[k]) * 4)) << "tensor " << k;
+  }
+}
+
 // A NaN or inf input: the flag is set, that element is NaN/inf, every other one bitwise as in a
 // clean run. A set flag is never cleared, and does not stop the computation.
 TEST(MultiTensor, ScaleNonFiniteSetsTheFlagAndStaysInItsElement) {
