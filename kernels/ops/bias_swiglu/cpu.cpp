@@ -174,7 +174,7 @@ template <class S>
 HWY_NOINLINE void BackwardRows(const Backward& a, const float* bias, bool stream, int64_t r0, int64_t r1,
                                double* totals) {
   const DF d;
-  const size_t N = hn::Lanes(d), h = size_t(a.h), w = 2 * h;
+  const size_t h = size_t(a.h), w = 2 * h;
   auto scratch = hwy::AllocateAligned<float>(2 * w);
   float* out = scratch.get();  // this row's f32 dx: [da | dc]
   float* part = out + w;       // f32 column sums of the current block of rows
@@ -197,16 +197,16 @@ HWY_NOINLINE void BackwardRows(const Backward& a, const float* bias, bool stream
       const Sig s = Sigmoid(d, va);
       const auto silu = hn::Mul(va, s.s);
       const auto dsilu = hn::Mul(s.s, hn::Add(one, hn::Mul(va, s.t)));  // s (1 + a (1 - s))
-      StorePartF(d, hn::Mul(hn::Mul(g, dsilu), vc), out + j, n);
-      StorePartF(d, hn::Mul(g, silu), out + h + j, n);
+      const auto da = hn::Mul(hn::Mul(g, dsilu), vc), dc = hn::Mul(g, silu);
+      StorePartF(d, da, out + j, n);
+      StorePartF(d, dc, out + h + j, n);
+      StorePartF(d, hn::Add(LoadPartF(d, part + j, n), da), part + j, n);
+      StorePartF(d, hn::Add(LoadPartF(d, part + h + j, n), dc), part + h + j, n);
     });
     WriteRow(
         d, dx, w, stream, [&](size_t k) { return hn::LoadU(d, out + k); }, [&](size_t k) { return out[k]; });
-    size_t k = 0;
-    for (; k + N <= w; k += N) hn::StoreU(hn::Add(hn::LoadU(d, part + k), hn::LoadU(d, out + k)), d, part + k);
-    for (; k < w; ++k) part[k] += out[k];
     if ((r + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || r + 1 == r1) {
-      for (k = 0; k < w; ++k) totals[k] += double(part[k]);
+      for (size_t k = 0; k < w; ++k) totals[k] += double(part[k]);
       std::memset(part, 0, w * sizeof(float));
     }
   }
