@@ -50,8 +50,19 @@ std::optional<std::vector<SymDim>> parse_shape(std::string_view text) {
     const size_t comma = body.find(',');
     SymDim d;
     d.text = std::string(trim(body.substr(0, comma)));
-    if (is_literal(d.text, d.value)) d.kind = SymDim::literal;
-    else if (is_symbol(d.text)) d.kind = SymDim::symbol;
+    if (is_literal(d.text, d.value)) {
+      d.kind = SymDim::literal;
+    } else {
+      // an optional positive integer factor, then a symbol: "H", "2H"
+      const size_t digits = d.text.find_first_not_of("0123456789");
+      const std::string_view name = std::string_view(d.text).substr(digits == std::string::npos ? 0 : digits);
+      int64_t factor = 1;
+      if (is_symbol(name) && (digits == 0 || (is_literal(d.text.substr(0, digits), factor) && factor > 0))) {
+        d.kind = SymDim::symbol;
+        d.name = std::string(name);
+        d.factor = factor;
+      }
+    }
     dims.push_back(d);
     if (comma == std::string_view::npos) break;
     body.remove_prefix(comma + 1);
@@ -71,15 +82,18 @@ void ShapeBinder::bind(const ArgInfo& arg, const Shape& actual, int element) {
       throw Error(who(arg, element) + " dim " + std::to_string(d) + " is " + std::to_string(actual[d]) +
                   "; its manifest shape " + arg.shape + " says " + s.text);
     if (s.kind != SymDim::symbol || arg.list) continue;
+    if (actual[d] % s.factor != 0)
+      throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) + ", not a multiple of " +
+                  std::to_string(s.factor));
     bool found = false;
     for (const Binding& b : bound_)
-      if (b.symbol == s.text) {
+      if (b.symbol == s.name) {
         found = true;
-        if (b.value != actual[d])
+        if (b.value * s.factor != actual[d])
           throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) + ", but argument '" +
-                      b.by + "' gave " + s.text + " = " + std::to_string(b.value));
+                      b.by + "' gave " + s.name + " = " + std::to_string(b.value));
       }
-    if (!found) bound_.push_back({s.text, actual[d], arg.name});
+    if (!found) bound_.push_back({s.name, actual[d] / s.factor, arg.name});
   }
 }
 
@@ -99,9 +113,9 @@ Shape ShapeBinder::infer(const ArgInfo& arg) const {
       throw Error("argument '" + arg.name + "' " + dim_label(d, s) + " is not a symbol or a number" + give);
     const Binding* hit = nullptr;
     for (const Binding& b : bound_)
-      if (b.symbol == s.text) hit = &b;
+      if (b.symbol == s.name) hit = &b;
     if (!hit) throw Error("argument '" + arg.name + "' " + dim_label(d, s) + " is not given by any input" + give);
-    out.push_back(hit->value);
+    out.push_back(hit->value * s.factor);
   }
   return out;
 }

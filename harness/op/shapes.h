@@ -19,12 +19,14 @@ namespace opf::cli {
 
 struct SymDim {
   enum Kind { literal, symbol, other } kind = other;
-  int64_t value = 0;  // literal
-  std::string text;   // as written
+  int64_t value = 0;   // literal
+  std::string text;    // as written
+  std::string name;    // symbol: its name ("H" in "2H")
+  int64_t factor = 1;  // symbol: the dim is factor * symbol ("2H": x [N, 2H] of a gated op)
 };
 
-// "[rows, cols]" -> {rows, cols}; "[]" -> {}; nullopt when the text is not a bracketed list
-// (no documented shape).
+// "[rows, cols]" -> {rows, cols}; "[N, 2H]" -> {N, 2 x H}; "[]" -> {}; nullopt when the text is
+// not a bracketed list (no documented shape).
 std::optional<std::vector<SymDim>> parse_shape(std::string_view text);
 
 class ShapeBinder {

@@ -65,6 +65,35 @@ TEST(OpShapes, ErrorsNameTheArgumentAndDim) {
             "argument 'z' has no manifest shape to infer; give its shape with --in z=FILE");
 }
 
+// "2H": a multiple of a symbol (x [N, 2H] of a gated op such as bias_swiglu) binds H = dim / 2,
+// checks against H bound elsewhere, and infers 2 x H.
+TEST(OpShapes, MultiplesOfASymbol) {
+  const auto s = parse_shape("[N, 2H, 12k_0]");
+  ASSERT_TRUE(s);
+  EXPECT_EQ((*s)[1].kind, SymDim::symbol);
+  EXPECT_EQ((*s)[1].name, "H");
+  EXPECT_EQ((*s)[1].factor, 2);
+  EXPECT_EQ((*s)[2].name, "k_0");
+  EXPECT_EQ((*s)[2].factor, 12);
+  EXPECT_EQ(parse_shape("[0H]")->front().kind, SymDim::other);
+  EXPECT_EQ(parse_shape("[H2]")->front().factor, 1);
+  ShapeBinder b;
+  b.bind(arg("x", "[N, 2H]"), {5, 12});
+  b.bind(arg("bias", "[2H]"), {12});
+  EXPECT_EQ(b.infer(arg("y", "[N, H]", Role::out)), (Shape{5, 6}));
+  EXPECT_EQ(b.infer(arg("dx", "[N, 2H]", Role::out)), (Shape{5, 12}));
+  EXPECT_EQ(error_of([&] { b.bind(arg("bias", "[2H]"), {10}); }),
+            "argument 'bias' dim 0 (2H) is 10, but argument 'x' gave H = 6");
+  EXPECT_EQ(error_of([&] { ShapeBinder().bind(arg("x", "[N, 2H]"), {5, 11}); }),
+            "argument 'x' dim 1 (2H) is 11, not a multiple of 2");
+  ShapeBinder g;  // H bound first by a plain dim
+  g.bind(arg("dy", "[N, H]"), {3, 7});
+  EXPECT_EQ(error_of([&] { g.bind(arg("x", "[N, 2H]"), {3, 7}); }),
+            "argument 'x' dim 1 (2H) is 7, not a multiple of 2");
+  EXPECT_EQ(error_of([&] { g.bind(arg("x", "[N, 2H]"), {3, 16}); }),
+            "argument 'x' dim 1 (2H) is 16, but argument 'dy' gave H = 7");
+}
+
 TEST(OpShapes, ListElementsBindNothing) {
   ShapeBinder b;
   b.bind(arg("p", "[n_i]", Role::in, true), {5}, 0);
