@@ -10,6 +10,7 @@
 
 #include "matrix/mann_whitney.h"
 #include "opforge/error.h"
+#include "matrix/toml_error.h"
 
 namespace opf::matrix {
 
@@ -18,7 +19,7 @@ std::vector<GateOverride> read_overrides(const std::string& path) {
   try {
     doc = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+    throw_toml_error(path, e);
   }
   std::vector<GateOverride> out;
   auto where = [&](const toml::node& n) { return path + ":" + std::to_string(n.source().begin.line); };

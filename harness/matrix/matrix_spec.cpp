@@ -7,6 +7,7 @@
 
 #include "matrix/files.h"
 #include "opforge/error.h"
+#include "matrix/toml_error.h"
 
 namespace opf::matrix {
 namespace {
@@ -119,8 +120,7 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
   try {
     doc = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    const auto& s = e.source().begin;
-    throw Error(path + ":" + std::to_string(s.line) + ":" + std::to_string(s.column) + ": " + std::string(e.description()));
+    throw_toml_error(path, e);
   }
   Ctx c{path, catalog, manifest};
   MatrixSpec m;

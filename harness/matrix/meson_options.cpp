@@ -6,6 +6,7 @@
 
 #include "matrix/process.h"
 #include "opforge/error.h"
+#include "matrix/toml_error.h"
 
 namespace opf::matrix {
 
@@ -89,7 +90,7 @@ OpManifest OpManifest::read(const std::string& path) {
   try {
     t = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+    throw_toml_error(path, e);
   }
   OpManifest m;
   auto* ops = t["op"].as_table();
