@@ -513,5 +513,46 @@ TEST(OpCli, FusedSgdStepAndAShortListNamingIt) {
   EXPECT_FALSE(fs::exists(D + "/out2"));
 }
 
+// index_mul_2d forward through the CLI (out = in1[idx] * in2: one f32 product, so exact bits),
+// then an index outside [0, M): exit 2 naming idx and the position, no files.
+TEST(OpCli, IndexMul2dForwardAndAnOutOfRangeIndex) {
+  SKIP_WITHOUT("index_mul_2d");
+  TempDir t;
+  Rng rng(suites::test_seed(seed(), "index_mul_2d/idx"));
+  const std::string D = t.path;
+  const auto in1 = draw(rng, 4 * 3, -1, 1), in2 = draw(rng, 5 * 3, -1, 1);
+  write_f32(D + "/in1.npy", {4, 3}, in1);
+  write_f32(D + "/in2.npy", {5, 3}, in2);
+  auto write_idx = [&](std::vector<int64_t> v) {
+    npy::Array a;
+    a.dtype = DType::i64;
+    a.shape = {int64_t(v.size())};
+    a.data.resize(v.size() * 8);
+    std::memcpy(a.data.data(), v.data(), a.data.size());
+    npy::write(D + "/idx.npy", a);
+  };
+  const std::vector<int64_t> idx = {3, 0, 3, 1, 2};
+  write_idx(idx);
+  const std::vector<std::string> args = {"index_mul_2d", "--in", "in1=" + D + "/in1.npy", "--in", "in2=" + D + "/in2.npy",
+                                         "--in", "idx=" + D + "/idx.npy", "--out"};
+  auto with_out = [&](const std::string& out) {
+    auto a = args;
+    a.push_back(out);
+    return a;
+  };
+  const Result r = opforge_op(with_out(D + "/out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto out = read_values(D + "/out/out.npy", DType::f32, {5, 3});
+  for (size_t i = 0; i < 5; ++i)
+    for (size_t c = 0; c < 3; ++c)
+      EXPECT_EQ(out[i * 3 + c], double(in1[size_t(idx[i]) * 3 + c] * in2[i * 3 + c])) << i << "," << c;
+  write_idx({3, 4, 0, 1, 2});
+  const Result bad = opforge_op(with_out(D + "/out2"));
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("idx[1] = 4 is outside [0, 4)"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << "not one line: " << bad.err;
+  EXPECT_FALSE(fs::exists(D + "/out2"));
+}
+
 }  // namespace
 }  // namespace opf::cli
