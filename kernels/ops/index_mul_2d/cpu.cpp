@@ -10,6 +10,8 @@
 //            row i is in exactly one bucket, so grad_in2 is written once, with no atomics. The
 //            sum for (m, c) runs over its bucket in ascending i whatever the task split, so the
 //            bits do not depend on the thread count (nor on the task sizes).
+//   double_backward: the same bucket walk with grad_grad_in2 in place of in2 and grad_grad_in1 in
+//            place of in1, also writing grad_grad_out[i] (reads in2[i] and in1[m] besides).
 // Products and sums are separate f32 roundings (no fma: the scalar column tails then give the same
 // bits as the vector body). First line of the TU on purpose: every function, Highway's included,
 // must carry the same optimize options to stay inlinable.
@@ -29,7 +31,6 @@
 #include <vector>
 
 #include "cpu/args.h"
-#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -44,14 +45,20 @@ struct Forward {
   const int64_t* idx;
   void* out;
 };
+// backward and double_backward, one bucket walk: grad_in1[m] = sum a[i]*b[i] over m's bucket,
+// grad_in2[i] = a[i]*c[m], and (double_backward) grad_grad_out[i] = c[m]*d[i] + b[i]*e[m].
+//   backward:         a = grad_out, b = in2, c = in1
+//   double_backward:  a = grad_out, b = grad_grad_in2, c = grad_grad_in1, d = in2, e = in1
 struct Backward {
   const opf_host* host;
   int32_t dtype;
   int64_t m, n, f;
-  const void* grad;
-  const void* in1;
-  const void* in2;
-  const int64_t* idx;
+  const void* a;  // [N, F]
+  const void* b;  // [N, F]
+  const void* c;  // [M, F]
+  const void* d;  // [N, F] (double_backward)
+  const void* e;  // [M, F] (double_backward)
+  void* grad_grad_out;  // [N, F] (double_backward; null for backward)
   void* grad_in1;
   void* grad_in2;
   const int64_t* start;  // bucket of target row m: order[start[m] .. start[m + 1])
@@ -101,14 +108,17 @@ void ForwardT(const Forward& a) {
 }
 
 // One target row m, columns [c0, c0 + w): walks m's bucket.
-template <class S>
+template <bool kDouble, class S>
 HWY_INLINE void BucketColumns(const Backward& a, int64_t m, int64_t c0, size_t w, float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const int64_t f = a.f;
-  const S* g = static_cast<const S*>(a.grad) + c0;
-  const S* in2 = static_cast<const S*>(a.in2) + c0;
-  const S* x1 = static_cast<const S*>(a.in1) + m * f + c0;
+  const S* g = static_cast<const S*>(a.a) + c0;
+  const S* in2 = static_cast<const S*>(a.b) + c0;
+  const S* x1 = static_cast<const S*>(a.c) + m * f + c0;
+  const S* dd = kDouble ? static_cast<const S*>(a.d) + c0 : nullptr;
+  const S* ee = kDouble ? static_cast<const S*>(a.e) + m * f + c0 : nullptr;
+  S* ggo = kDouble ? static_cast<S*>(a.grad_grad_out) + c0 : nullptr;
   S* g2 = static_cast<S*>(a.grad_in2) + c0;
   S* g1 = static_cast<S*>(a.grad_in1) + m * f + c0;
   const int64_t b0 = a.start[m], b1 = a.start[m + 1];
@@ -124,14 +134,18 @@ HWY_INLINE void BucketColumns(const Backward& a, int64_t m, int64_t c0, size_t w
     S* g2i = g2 + i * f;
     size_t c = 0;
     for (; c + N <= w; c += N) {
-      const auto gv = LoadWiden(d, gi + c);
-      hn::Store(hn::Add(hn::Load(d, acc + c), hn::Mul(gv, LoadWiden(d, in2i + c))), d, acc + c);
-      StoreRound(d, hn::Mul(gv, LoadWiden(d, x1 + c)), g2i + c);
+      const auto gv = LoadWiden(d, gi + c), bv = LoadWiden(d, in2i + c), cv = LoadWiden(d, x1 + c);
+      hn::Store(hn::Add(hn::Load(d, acc + c), hn::Mul(gv, bv)), d, acc + c);
+      StoreRound(d, hn::Mul(gv, cv), g2i + c);
+      if constexpr (kDouble)
+        StoreRound(d, hn::Add(hn::Mul(cv, LoadWiden(d, dd + i * f + c)), hn::Mul(bv, LoadWiden(d, ee + c))),
+                   ggo + i * f + c);
     }
     for (; c < w; ++c) {
-      const float gv = to_f32(gi[c]);
-      acc[c] = acc[c] + gv * to_f32(in2i[c]);
-      g2i[c] = from_f32<S>(gv * to_f32(x1[c]));
+      const float gv = to_f32(gi[c]), bv = to_f32(in2i[c]), cv = to_f32(x1[c]);
+      acc[c] = acc[c] + gv * bv;
+      g2i[c] = from_f32<S>(gv * cv);
+      if constexpr (kDouble) ggo[i * f + c] = from_f32<S>(cv * to_f32(dd[i * f + c]) + bv * to_f32(ee[c]));
     }
   }
   size_t c = 0;
@@ -139,32 +153,45 @@ HWY_INLINE void BucketColumns(const Backward& a, int64_t m, int64_t c0, size_t w
   for (; c < w; ++c) g1[c] = from_f32<S>(acc[c]);
 }
 
-template <class S>
+template <bool kDouble, class S>
 void BackwardT(const Backward& a) {
   const int64_t f = a.f, cb = std::min<int64_t>(f, OPF_TUNE_COLUMN_BLOCK);
   if (f == 0) return;
   const int64_t col_blocks = (f + cb - 1) / cb;
   // traffic of one target row's column block: its bucket's grad_out, in2 and grad_in2 segments
   // (N / M rows on average) plus its own in1 and grad_in1 segments
-  const double per_row = (3.0 * double(a.n) / double(a.m) + 2.0) * double(cb) * sizeof(S);
+  const double per_row = ((kDouble ? 5.0 : 3.0) * double(a.n) / double(a.m) + 2.0) * double(cb) * sizeof(S);
   const int64_t rows = opf::cpu::rows_per_task(a.m, per_row);
   const int64_t row_blocks = (a.m + rows - 1) / rows;
   opf::cpu::parallel_for(a.host, row_blocks * col_blocks, [&](int64_t t) {
     HWY_ALIGN float acc[OPF_TUNE_COLUMN_BLOCK];
     const int64_t rb = t / col_blocks, c0 = (t % col_blocks) * cb;
     const size_t w = size_t(std::min(f - c0, cb));
-    for (int64_t m = rb * rows; m < std::min(a.m, (rb + 1) * rows); ++m) BucketColumns<S>(a, m, c0, w, acc);
+    for (int64_t m = rb * rows; m < std::min(a.m, (rb + 1) * rows); ++m) BucketColumns<kDouble, S>(a, m, c0, w, acc);
   });
 }
 
-OPF_CPU_TARGET_ENTRIES()
+void RunForward(const Forward& a) {
+  opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
+}
+void RunBackward(const Backward& a) {
+  opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<false, decltype(s)>(a); });
+}
+void RunDoubleBackward(const Backward& a) {
+  opf::cpu::run_storage<"double_backward">(a.dtype, [&](auto s) { BackwardT<true, decltype(s)>(a); });
+}
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace opf::index_mul_2d_cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace opf::index_mul_2d_cpu {
-OPF_CPU_EXPORT_ENTRIES()
+HWY_EXPORT(RunForward);
+HWY_EXPORT(RunBackward);
+HWY_EXPORT(RunDoubleBackward);
+HWY_EXPORT(TargetName);
+const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 using namespace opf::cpu;
 
@@ -207,16 +234,26 @@ void call(const opf_call* c, bool execute) {
     check_idx("forward", idx, n, m);
     if (!execute || n == 0 || f == 0) return;
     HWY_DYNAMIC_DISPATCH(RunForward)(Forward{c->host, in1.dtype, m, n, f, in1.data, in2.data, idx, out});
-  } else if (entry == "backward") {
-    const Args args(c, 6, 0);
-    const opf_tensor &in1 = args.tensor(1, "in1"), &in2 = args.tensor(2, "in2");
-    check_inputs(args, in1, 1, in2, 2);
+  } else if (entry == "backward" || entry == "double_backward") {
+    // argument positions: backward (grad_out, in1, in2, idx, grad_in1, grad_in2);
+    // double_backward (grad_grad_in1, grad_grad_in2, grad_out, in1, in2, idx, grad_grad_out,
+    // grad_in1, grad_in2)
+    const bool dbl = entry == "double_backward";
+    const int o = dbl ? 2 : 0;
+    const Args args(c, dbl ? 9 : 6, 0);
+    const char* e = args.entry();
+    const opf_tensor &in1 = args.tensor(o + 1, "in1"), &in2 = args.tensor(o + 2, "in2");
+    check_inputs(args, in1, o + 1, in2, o + 2);
     const int64_t m = in1.shape[0], f = in1.shape[1], n = in2.shape[0];
-    const void* grad = expect_arg(args, 0, "grad_out", in1.dtype, {n, f}).data;
-    const auto* idx = static_cast<const int64_t*>(expect_arg(args, 3, "idx", OPF_I64, {n}).data);
-    void* g1 = expect_arg(args, 4, "grad_in1", in1.dtype, {m, f}).data;
-    void* g2 = expect_arg(args, 5, "grad_in2", in1.dtype, {n, f}).data;
-    check_idx("backward", idx, n, m);
+    const int32_t t = in1.dtype;
+    const void* grad = expect_arg(args, o, "grad_out", t, {n, f}).data;
+    const void* gg1 = dbl ? expect_arg(args, 0, "grad_grad_in1", t, {m, f}).data : nullptr;
+    const void* gg2 = dbl ? expect_arg(args, 1, "grad_grad_in2", t, {n, f}).data : nullptr;
+    const auto* idx = static_cast<const int64_t*>(expect_arg(args, o + 3, "idx", OPF_I64, {n}).data);
+    void* ggo = dbl ? expect_arg(args, 6, "grad_grad_out", t, {n, f}).data : nullptr;
+    void* g1 = expect_arg(args, dbl ? 7 : 4, "grad_in1", t, {m, f}).data;
+    void* g2 = expect_arg(args, dbl ? 8 : 5, "grad_in2", t, {n, f}).data;
+    check_idx(e, idx, n, m);
     if (!execute || m * f == 0) return;
     // counting sort of the rows by target row: stable, so each bucket lists its rows ascending
     std::vector<int64_t> start(static_cast<size_t>(m) + 1, 0), order(static_cast<size_t>(n));
@@ -224,10 +261,15 @@ void call(const opf_call* c, bool execute) {
     for (int64_t r = 0; r < m; ++r) start[size_t(r) + 1] += start[size_t(r)];
     std::vector<int64_t> next(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < n; ++i) order[size_t(next[size_t(idx[i])]++)] = i;
-    HWY_DYNAMIC_DISPATCH(RunBackward)(Backward{c->host, in1.dtype, m, n, f, grad, in1.data, in2.data, idx, g1, g2,
-                                               start.data(), order.data()});
+    if (dbl) {
+      HWY_DYNAMIC_DISPATCH(RunDoubleBackward)(Backward{c->host, t, m, n, f, grad, gg2, gg1, in2.data, in1.data, ggo,
+                                                       g1, g2, start.data(), order.data()});
+    } else {
+      HWY_DYNAMIC_DISPATCH(RunBackward)(Backward{c->host, t, m, n, f, grad, in2.data, in1.data, nullptr, nullptr,
+                                                 nullptr, g1, g2, start.data(), order.data()});
+    }
   } else {
-    failf("unknown entry '%.40s' (index_mul_2d has forward, backward)", c->entry ? c->entry : "");
+    failf("unknown entry '%.40s' (index_mul_2d has forward, backward, double_backward)", c->entry ? c->entry : "");
   }
 }
 

@@ -12,6 +12,13 @@
 //       points to). apex scatter-adds with atomics (f16 atomics for half): a different sum order,
 //       and different bits, on every run; here the order is fixed by the data alone, so the bits
 //       are the same for any thread count and any task split.
+//   double_backward (grad_grad_in1: T [M,F], grad_grad_in2: T [N,F], grad_out: T [N,F], in1: T [M,F],
+//       in2: T [N,F], idx: i64 [N]) -> (grad_grad_out: T [N,F], grad_in1: T [M,F], grad_in2: T [N,F])
+//     apex's index_mul_2d_backward_backward, the backward of backward (gg1 = grad_grad_in1 etc.):
+//     grad_grad_out[i,:] = gg1[idx[i],:] * in2[i,:] + gg2[i,:] * in1[idx[i],:]   (two f32 products,
+//                                                                               one f32 add)
+//     grad_in2[i,:]      = gg1[idx[i],:] * grad_out[i,:]
+//     grad_in1[m,:]      = sum over i with idx[i] = m, ascending i, of gg2[i,:] * grad_out[i,:]
 //   idx: every value must be in [0, M). Otherwise the call fails with one line naming the first
 //     bad position ("forward: idx[17] = 1000 is outside [0, 1000) (the rows of in1)") before any
 //     output is written; no row of in1 is ever read out of bounds. M = 0 is valid only with N = 0.
@@ -55,6 +62,20 @@ void describe(CaseDesc& c, const Shape& s, const Params&) {
     c.reduce_len = 1;
     c.bytes = 2 * nf * e + gathered + 8.0 * double(n);  // in2 in, out out, the in1 rows used, idx
     c.flops = nf;
+  } else if (c.entry == "double_backward") {
+    c.set("grad_grad_in1", {m, f}, {Fill::uniform, -1.0, 1.0});
+    c.set("grad_grad_in2", {n, f}, {Fill::uniform, -1.0, 1.0});
+    c.set("grad_out", {n, f}, {Fill::uniform, -1.0, 1.0});
+    c.set("in1", {m, f}, {Fill::uniform, -1.0, 1.0});
+    c.set("in2", {n, f}, {Fill::uniform, -1.0, 1.0});
+    c.set("idx", {n}, rows);
+    c.set("grad_grad_out", {n, f});
+    c.set("grad_in1", {m, f});
+    c.set("grad_in2", {n, f});
+    c.reduce_len = std::max<int64_t>(n, 1);
+    // gg2, grad_out, in2 in, grad_grad_out and grad_in2 out; the gg1 and in1 rows used; grad_in1 out
+    c.bytes = 5 * nf * e + 2 * gathered + double(m) * double(f) * e + 8.0 * double(n);
+    c.flops = 6 * nf;
   } else {
     c.set("grad_out", {n, f}, {Fill::uniform, -1.0, 1.0});
     c.set("in1", {m, f}, {Fill::uniform, -1.0, 1.0});
@@ -94,6 +115,21 @@ void reference(std::string_view entry, std::vector<RefArg>& a, const Params&) {
   auto& g1 = ref_arg(a, "grad_in1").v;
   auto& g2 = ref_arg(a, "grad_in2").v;
   std::fill(g1.begin(), g1.end(), 0.0);
+  if (entry == "double_backward") {
+    const auto& gg1 = ref_arg(a, "grad_grad_in1").v;
+    const auto& gg2 = ref_arg(a, "grad_grad_in2").v;
+    auto& ggo = ref_arg(a, "grad_grad_out").v;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = row_of(idx, i, m);
+      for (int64_t c = 0; c < f; ++c) {
+        const size_t at = size_t(i * f + c), src = size_t(r * f + c);
+        ggo[at] = gg1[src] * in2.v[at] + gg2[at] * in1.v[src];
+        g2[at] = gg1[src] * g[at];
+        g1[src] += gg2[at] * g[at];
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = row_of(idx, i, m);
     for (int64_t c = 0; c < f; ++c) {

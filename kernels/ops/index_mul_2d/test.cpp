@@ -3,8 +3,9 @@
 // bitwise against that sum computed here, on heavily repeated and on all-equal indices), rows of
 // in1 no index points to (exact zeros), out-of-range indices (one line naming the position,
 // nothing written, no read out of bounds), NaN staying in its column, one-row / one-element /
-// empty / prime shapes, and malformed arguments. Seeded inputs (seed printed); outputs poisoned
-// with NaN before every call. Runs the module the loader gives this build (prebuilt or JIT).
+// empty / prime shapes, and malformed arguments; double_backward's bits likewise. Seeded inputs
+// (seed printed); outputs poisoned with NaN before every call. Runs the module the loader gives
+// this build (prebuilt or JIT).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,11 +54,13 @@ struct Case {
   DType dt;
   int64_t m, n, f;
   Buf in1, in2, g, out, g1, g2;
+  Buf gg1, gg2, ggo;  // double_backward: grad_grad_in1, grad_grad_in2, grad_grad_out
   std::vector<int64_t> idx;
 
   Case(DType d, int64_t m_, int64_t n_, int64_t f_, uint64_t salt = 0)
       : dt(d), m(m_), n(n_), f(f_), in1(d, size_t(m_ * f_)), in2(d, size_t(n_ * f_)), g(d, size_t(n_ * f_)),
-        out(d, size_t(n_ * f_)), g1(d, size_t(m_ * f_)), g2(d, size_t(n_ * f_)), idx(size_t(n_)) {
+        out(d, size_t(n_ * f_)), g1(d, size_t(m_ * f_)), g2(d, size_t(n_ * f_)), gg1(d, size_t(m_ * f_)),
+        gg2(d, size_t(n_ * f_)), ggo(d, size_t(n_ * f_)), idx(size_t(n_)) {
     std::mt19937_64 rng(kSeed + salt);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     auto fill = [&](Buf& b, int64_t count) {
@@ -70,6 +73,8 @@ struct Case {
     fill(in1, m * f);
     fill(in2, n * f);
     fill(g, n * f);
+    fill(gg1, m * f);
+    fill(gg2, n * f);
     for (auto& v : idx) v = m > 0 ? int64_t(rng() % uint64_t(m)) : 0;
   }
 
@@ -98,6 +103,40 @@ struct Case {
     } catch (const opf::Error& e) {
       if (err) *err = e.what();
       return 1;
+    }
+  }
+
+  int double_backward(std::string* err = nullptr, int threads = 0) {
+    ggo.poison();
+    g1.poison();
+    g2.poison();
+    try {
+      opf::CallBuilder b(*opf::find_op("index_mul_2d"), "double_backward");
+      b.add("grad_grad_in1", gg1.data(), dt, {m, f}).add("grad_grad_in2", gg2.data(), dt, {n, f});
+      b.add("grad_out", g.data(), dt, {n, f}).add("in1", in1.data(), dt, {m, f}).add("in2", in2.data(), dt, {n, f});
+      b.add("idx", idx.data(), DType::i64, {n}).add("grad_grad_out", ggo.data(), dt, {n, f});
+      b.add("grad_in1", g1.data(), dt, {m, f}).add("grad_in2", g2.data(), dt, {n, f});
+      b.threads(threads).run(module());
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
+    }
+  }
+  // double_backward's contract, bitwise: ggo = f32(gg1*in2) + f32(gg2*in1) rounded once,
+  // grad_in2 = gg1*g, grad_in1 = the ascending f32 sum of gg2*g.
+  void check_double() const {
+    std::vector<float> s(size_t(m * f), 0.0f);
+    for (int64_t i = 0; i < n * f; ++i) {
+      const int64_t row = i / f, c = i % f, r = idx[size_t(row)] * f + c;
+      expect_bits(ggo, i, double(float(product(gg1, r, in2, i)) + float(product(gg2, i, in1, r))), "grad_grad_out");
+      expect_bits(g2, i, product(gg1, r, g, i), "grad_in2");
+      s[size_t(r)] += float(product(gg2, i, g, i));
+      if (HasFailure()) return;
+    }
+    for (int64_t i = 0; i < m * f; ++i) {
+      expect_bits(g1, i, double(s[size_t(i)]), "grad_in1");
+      if (HasFailure()) return;
     }
   }
 
@@ -150,7 +189,28 @@ TEST(IndexMul2d, EdgeShapesMatchTheContractBitwise) {
       ASSERT_EQ(c.forward(), 0);
       ASSERT_EQ(c.backward(), 0);
       c.check_all();
+      ASSERT_EQ(c.double_backward(), 0);
+      c.check_double();
     }
+}
+
+// double_backward on repeated indices at 1-4 threads: the same bits, and the contract's.
+TEST(IndexMul2d, DoubleBackwardIsTheSameBitsForEveryThreadCount) {
+  for (DType dt : kDtypes) {
+    Case c(dt, 5, 700, 1100, 7);
+    ASSERT_EQ(c.double_backward(nullptr, 1), 0);
+    c.check_double();
+    const auto a = c.ggo.bytes, b = c.g1.bytes, d = c.g2.bytes;
+    for (int threads : {2, 3, 4}) {
+      ASSERT_EQ(c.double_backward(nullptr, threads), 0);
+      EXPECT_TRUE(c.ggo.bytes == a && c.g1.bytes == b && c.g2.bytes == d) << opf::dtype_name(dt) << ", " << threads;
+    }
+    c.idx[699] = 5;
+    std::string err;
+    EXPECT_NE(c.double_backward(&err), 0);
+    EXPECT_NE(err.find("double_backward: idx[699] = 5 is outside [0, 5)"), std::string::npos) << err;
+    for (int64_t i = 0; i < c.n * c.f; ++i) ASSERT_TRUE(std::isnan(c.ggo.at(i))) << "grad_grad_out written despite the error";
+  }
 }
 
 // Every index the same row, and few rows for many indices: long buckets; the bits are the
