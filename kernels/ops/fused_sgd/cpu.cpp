@@ -1,5 +1,7 @@
 // fused_sgd — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
 // running CPU; the JIT builds only the host target.
+// step_with_copy (apex's 4-list form): params are f32 masters and the new p is also stored,
+// rounded to the grads' dtype, into model_copy, in the same pass.
 // One pass over memory: each element's g, p and momentum are read once and p, momentum written
 // back in place (at most 20 bytes per element for f32 params, 14 for f16/bf16; the buffer is
 // only written on the first run and untouched without momentum). Work is cut the
@@ -45,6 +47,7 @@ struct Step {
   const opf_host* host;
   int32_t dtype;
   const opf_tensor *g, *p, *b;  // the lists
+  const opf_tensor* copy;          // step_with_copy: the model copy in T (params are f32); else null
   std::vector<Piece> pieces;        // in list order
   std::vector<int64_t> task_start;  // pieces of task t: [task_start[t], task_start[t + 1])
   float lr, mu, omd, wd, scale;
@@ -88,9 +91,11 @@ HWY_INLINE VF Update(const Consts& c, VF g, VF p, VF& b) {
   return hn::NegMulAdd(c.lr, g, p);
 }
 
-// Elements [0, n) of one tensor's g, p and (with kMomentum) b.
-template <bool kMomentum, class S>
-void Run(const Consts& c, const S* HWY_RESTRICT g, S* HWY_RESTRICT p, float* HWY_RESTRICT b, size_t n) {
+// Elements [0, n) of one tensor's g, p, (with kMomentum) b, and (with a P = f32 master param and
+// S = the grads' dtype) the model copy y = p rounded to S.
+template <bool kMomentum, class S, class P>
+void Run(const Consts& c, const S* HWY_RESTRICT g, P* HWY_RESTRICT p, float* HWY_RESTRICT b, S* HWY_RESTRICT y,
+         size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
   size_t j = 0;
@@ -99,18 +104,24 @@ void Run(const Consts& c, const S* HWY_RESTRICT g, S* HWY_RESTRICT p, float* HWY
     const VF pv = Update<kMomentum>(c, LoadWiden(d, g + j), LoadWiden(d, p + j), bv);
     StoreRound(d, pv, p + j);
     if constexpr (kMomentum) hn::StoreU(bv, d, b + j);
+    if (y) StoreRound(d, pv, y + j);
   }
   if (j < n) {  // the same code on padded copies
     const size_t r = n - j;
-    HWY_ALIGN S gb[hn::MaxLanes(d)] = {}, pb[hn::MaxLanes(d)] = {};
+    HWY_ALIGN S gb[hn::MaxLanes(d)] = {}, yb[hn::MaxLanes(d)] = {};
+    HWY_ALIGN P pb[hn::MaxLanes(d)] = {};
     HWY_ALIGN float bb[hn::MaxLanes(d)] = {};
     std::memcpy(gb, g + j, r * sizeof(S));
-    std::memcpy(pb, p + j, r * sizeof(S));
+    std::memcpy(pb, p + j, r * sizeof(P));
     if (kMomentum && !c.first_run) std::memcpy(bb, b + j, r * sizeof(float));
     VF bv = hn::Load(d, bb);
     const VF pv = Update<kMomentum>(c, LoadWiden(d, gb), LoadWiden(d, pb), bv);
     StoreRound(d, pv, pb);
-    std::memcpy(p + j, pb, r * sizeof(S));
+    std::memcpy(p + j, pb, r * sizeof(P));
+    if (y) {
+      StoreRound(d, pv, yb);
+      std::memcpy(y + j, yb, r * sizeof(S));
+    }
     if constexpr (kMomentum) {
       hn::Store(bv, d, bb);
       std::memcpy(b + j, bb, r * sizeof(float));
@@ -129,20 +140,30 @@ void StepT(const Step& a) {
       const Piece& pc = a.pieces[size_t(k)];
       const size_t i = size_t(pc.tensor), o = size_t(pc.begin);
       float* b = kMomentum ? static_cast<float*>(a.b[i].data) + o : nullptr;
-      Run<kMomentum>(c, static_cast<const S*>(a.g[i].data) + o, static_cast<S*>(a.p[i].data) + o, b,
-                     size_t(pc.end - pc.begin));
+      const S* g = static_cast<const S*>(a.g[i].data) + o;
+      const size_t n = size_t(pc.end - pc.begin);
+      if (a.copy) {
+        Run<kMomentum>(c, g, static_cast<float*>(a.p[i].data) + o, b, static_cast<S*>(a.copy[i].data) + o, n);
+      } else {
+        Run<kMomentum>(c, g, static_cast<S*>(a.p[i].data) + o, b, static_cast<S*>(nullptr), n);
+      }
     }
   });
 }
 
+template <class S>
+void StepMomentum(const Step& a) {
+  if (a.mu != 0) {
+    StepT<true, S>(a);
+  } else {
+    StepT<false, S>(a);
+  }
+}
 void RunStep(const Step& a) {
-  opf::cpu::run_storage<"step">(a.dtype, [&](auto s) {
-    if (a.mu != 0) {
-      StepT<true, decltype(s)>(a);
-    } else {
-      StepT<false, decltype(s)>(a);
-    }
-  });
+  opf::cpu::run_storage<"step">(a.dtype, [&](auto s) { StepMomentum<decltype(s)>(a); });
+}
+void RunStepWithCopy(const Step& a) {
+  opf::cpu::run_storage<"step_with_copy">(a.dtype, [&](auto s) { StepMomentum<decltype(s)>(a); });
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -152,6 +173,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace opf::fused_sgd_cpu {
 HWY_EXPORT(RunStep);
+HWY_EXPORT(RunStepWithCopy);
 HWY_EXPORT(TargetName);
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
@@ -181,8 +203,11 @@ void check_param(const char* e, const char* name, double v, double lo, bool lo_o
 
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
-  if (entry != "step") failf("unknown entry '%.40s' (fused_sgd has step)", c->entry ? c->entry : "");
-  const Args args(c, 4, 8);
+  if (entry != "step" && entry != "step_with_copy")
+    failf("unknown entry '%.40s' (fused_sgd has step, step_with_copy)", c->entry ? c->entry : "");
+  // step_with_copy: f32 master params and a model_copy list (argument 3) in the grads' dtype
+  const bool with_copy = entry == "step_with_copy";
+  const Args args(c, with_copy ? 5 : 4, 8);
   const char* e = args.entry();
   const double inf = HUGE_VAL;
   const double lr = args.f64(0, "lr"), momentum = args.f64(1, "momentum"), dampening = args.f64(2, "dampening");
@@ -197,12 +222,18 @@ void call(const opf_call* c, bool execute) {
   check_param(e, "scale", scale, 0, true, inf, true);
 
   const auto grads = args.list(0, "grads"), params = args.list(1, "params"), bufs = args.list(2, "momentum_buffer");
-  const opf_tensor& flag = expect_arg(args, 3, "noop_flag", OPF_I32, {1});
+  const auto copies = with_copy ? args.list(3, "model_copy") : std::span<const opf_tensor>();
+  const opf_tensor& flag = expect_arg(args, with_copy ? 4 : 3, "noop_flag", OPF_I32, {1});
   const int32_t dtype = grads.empty() ? OPF_F32 : grads[0].dtype;
   if (!grads.empty() && !is_float_storage(dtype))
     failf("%s: grads[0] has dtype %s, expected f32, f16 or bf16", e, dtype_str(dtype));
   check_list(args, grads, "grads", grads, dtype, "the dtype of grads[0]");
-  check_list(args, params, "params", grads, dtype, "the dtype of grads");
+  if (with_copy) {
+    check_list(args, params, "params", grads, OPF_F32, "step_with_copy keeps f32 master params");
+    check_list(args, copies, "model_copy", grads, dtype, "the dtype of grads");
+  } else {
+    check_list(args, params, "params", grads, dtype, "the dtype of grads");
+  }
   check_list(args, bufs, "momentum_buffer", grads, OPF_F32, "optimizer states are f32");
   if (!execute) return;
 
@@ -215,6 +246,7 @@ void call(const opf_call* c, bool execute) {
   a.g = grads.data();
   a.p = params.data();
   a.b = bufs.data();
+  a.copy = with_copy ? copies.data() : nullptr;
   // f32 factors from double host arithmetic (ref.cpp's contract)
   a.lr = float(lr);
   a.mu = float(momentum);
@@ -241,7 +273,11 @@ void call(const opf_call* c, bool execute) {
   }
   if (in_task > 0) a.task_start.push_back(int64_t(a.pieces.size()));
   if (a.pieces.empty()) return;
-  HWY_DYNAMIC_DISPATCH(RunStep)(a);
+  if (with_copy) {
+    HWY_DYNAMIC_DISPATCH(RunStepWithCopy)(a);
+  } else {
+    HWY_DYNAMIC_DISPATCH(RunStep)(a);
+  }
 }
 
 }  // namespace opf::fused_sgd_cpu

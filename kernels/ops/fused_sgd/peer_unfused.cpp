@@ -109,7 +109,7 @@ HWY_EXPORT(RunPass);
 
 std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 2) return "fused_sgd shapes are [list_length, max_numel]";
-  if (c.entry != "step") return "fused_sgd has one entry, step";
+  if (c.entry != "step") return "PyTorch's SGD has no model-copy form: the peer runs step only";
   return {};
 }
 

@@ -3,7 +3,12 @@
 // Contract (apex multi_tensor_sgd / FusedSGD; T = f32 | f16 | bf16 storage, f32 math):
 //   step (grads: in list T, params: inout list T, momentum_buffer: inout list f32,
 //         noop_flag: inout i32 [1])
-//   Lists: the three lists have the same length L (0 allowed: nothing to do); element i of each
+//   step_with_copy (grads: in list T, params: inout list f32, momentum_buffer: inout list f32,
+//         model_copy: out list T, noop_flag: inout i32 [1])
+//     apex's 4-list multi_tensor_sgd (fp16 model copy): f32 master params, the same update, and
+//     model_copy = the new p rounded to T (with the flag set nothing is written, model_copy
+//     included).
+//   Lists: the three (four) lists have the same length L (0 allowed: nothing to do); element i of each
 //     has the same number of elements (shapes may differ; tensors are dense). A length, numel or
 //     dtype mismatch fails with one line naming the list (and index) before anything is written.
 //   noop_flag: if noop_flag[0] != 0 on entry the step is skipped: nothing is written, bitwise.
@@ -27,6 +32,7 @@
 //   [16, n/16] when 16 divides n (n >= 32), else [n].
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -90,20 +96,24 @@ void describe(CaseDesc& c, const Shape& s, const Params& params) {
   c.set_list("grads", shapes, {Fill::uniform, -1.0, 1.0});
   c.set_list("params", shapes, {Fill::uniform, -1.0, 1.0});
   c.set_list("momentum_buffer", shapes, {Fill::uniform, -0.5, 0.5});
+  const bool copy = c.entry == "step_with_copy";
+  if (copy) c.set_list("model_copy", shapes);
   c.set("noop_flag", {1}, {Fill::index, 0, 1});  // integers in [0, 1): 0, the step runs
   const double e = double(dtype_size(c.dtype));
   const bool mom = f32(params.get("momentum")) != 0, first = params.flag("first_run");
   const bool wd = f32(params.get("weight_decay")) != 0, nesterov = params.flag("nesterov");
   // read g, p; write p; the buffer is read and written, only written on the first run, or untouched
-  c.bytes = total * (3 * e + (mom ? (first ? 4 : 8) : 0));
+  // step_with_copy: p is f32 (read, written) and the copy in T written
+  c.bytes = total * ((copy ? e + 8 + e : 3 * e) + (mom ? (first ? 4 : 8) : 0));
   c.flops = total * (1 + (wd ? 2 : 0) + (mom ? (first ? 0 : 3) + (nesterov ? 2 : 0) : 0) + 2);
   c.reduce_len = 1;
 }
 
-void reference(std::string_view, std::vector<RefArg>& a, const Params& params) {
+void reference(std::string_view entry, std::vector<RefArg>& a, const Params& params) {
   auto& flag = ref_arg(a, "noop_flag").v;
   if (flag[0] != 0) return;  // skipped: every inout keeps its input value
   const auto g = ref_list(a, "grads"), p = ref_list(a, "params"), b = ref_list(a, "momentum_buffer");
+  const auto copy = entry == "step_with_copy" ? ref_list(a, "model_copy") : std::span<RefArg>();
   const double lr = f32(params.get("lr")), mu = f32(params.get("momentum")), wd = f32(params.get("weight_decay"));
   const double scale = f32(params.get("scale")), omd = f32(1.0 - params.get("dampening"));
   const bool nesterov = params.flag("nesterov"), after = params.flag("wd_after_momentum"),
@@ -120,6 +130,7 @@ void reference(std::string_view, std::vector<RefArg>& a, const Params& params) {
       }
       if (wd != 0 && after) gi += wd * pi;
       p[k].v[i] = pi - lr * gi;
+      if (!copy.empty()) copy[k].v[i] = p[k].v[i];
     }
 }
 

@@ -2,11 +2,13 @@
 // entry (nothing written, bitwise), a non-finite gradient (propagates into its own element only,
 // flag left alone), momentum 0 (the buffer is not touched), first_run (the buffer becomes the
 // gradient), nesterov, weight decay before vs after momentum, scale, empty lists, list/numel/dtype
-// mismatches (one line naming the list, nothing written), one-element and prime-sized tensors, and
-// thread counts on a list of many small tensors (the suite's threads.* test runs one tensor).
-// Seeded inputs (seed printed). Every argument the kernel writes is inout, so there is nothing to
+// mismatches (one line naming the list, nothing written), one-element and prime-sized tensors,
+// thread counts on a list of many small tensors (the suite's threads.* test runs one tensor), and
+// step_with_copy against step on f32 params.
+// Seeded inputs (seed printed). Every argument step writes is inout, so there is nothing to
 // poison: "nothing written" is checked bitwise against a snapshot, "every element updated" against
-// the formula (the buffer is f32, so an element left alone cannot pass). Runs the module the loader
+// the formula (the buffer is f32, so an element left alone cannot pass); step_with_copy's
+// model_copy (an out list) is poisoned with NaN. Runs the module the loader
 // gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
@@ -411,6 +413,71 @@ TEST(FusedSgd, ThreadCountsGiveTheSameBitsOnManySmallTensors) {
       Lists many = in;
       ASSERT_EQ(run(many, h, nullptr, add_all, threads), 0);
       EXPECT_TRUE(many.state() == one.state()) << opf::dtype_name(dt) << ", " << threads << " threads";
+    }
+  }
+}
+
+// step_with_copy (apex's 4-list form): f32 master params updated exactly as `step` updates f32
+// params from the same (widened) gradients, and model_copy = the new p rounded to the grads' dtype;
+// a model_copy list of the wrong dtype or length is refused naming it.
+TEST(FusedSgd, StepWithCopyIsStepOnF32MastersPlusARoundedCopy) {
+  for (DType dt : kDtypes) {
+    Lists L(dt, {1, 33, 65536 + 9}, 3);
+    Lists ref(DType::f32, L.sizes, 3);  // the same step on f32 params and the widened gradients
+    std::vector<std::vector<float>> master(L.sizes.size()), buf = L.b;
+    std::vector<std::vector<std::byte>> copy(L.sizes.size());
+    for (size_t k = 0; k < L.sizes.size(); ++k) {
+      master[k].resize(size_t(L.sizes[k]));
+      copy[k].resize(size_t(L.sizes[k]) * opf::dtype_size(dt));
+      for (int64_t i = 0; i < L.sizes[k]; ++i) {
+        master[k][size_t(i)] = float(ref.pv(k, i));
+        opf::store_element(DType::f32, ref.g[k].data(), i, L.gv(k, i));
+        opf::store_element(dt, copy[k].data(), i, std::nan(""));
+      }
+      ref.b[k] = L.b[k];
+    }
+    Hyper h;
+    h.wd = 0.02;
+    h.nesterov = true;
+    h.scale = 0.25;
+    ASSERT_EQ(run(ref, h), 0);
+    auto with_copy = [&](DType copy_dt, size_t copies, std::string* err) {
+      try {
+        opf::CallBuilder cb(*opf::find_op("fused_sgd"), "step_with_copy");
+        cb.param("lr", h.lr).param("momentum", h.momentum).param("nesterov", h.nesterov).param("weight_decay", h.wd);
+        cb.param("scale", h.scale);
+        for (const char* name : {"grads", "params", "momentum_buffer", "model_copy"}) cb.empty_list(name);
+        for (size_t k = 0; k < L.sizes.size(); ++k) {
+          const opf::Shape s{L.sizes[k]};
+          cb.add("grads", L.g[k].data(), dt, s).add("params", master[k].data(), DType::f32, s);
+          cb.add("momentum_buffer", buf[k].data(), DType::f32, s);
+          if (k < copies) cb.add("model_copy", copy[k].data(), copy_dt, s);
+        }
+        cb.add("noop_flag", &L.flag, DType::i32, {1});
+        cb.run(module());
+        return 0;
+      } catch (const opf::Error& e) {
+        if (err) *err = e.what();
+        return 1;
+      }
+    };
+    std::string err;
+    const DType other = dt == DType::f16 ? DType::bf16 : DType::f16;
+    EXPECT_NE(with_copy(other, L.sizes.size(), &err), 0);
+    EXPECT_NE(err.find("model_copy[0] has dtype " + std::string(opf::dtype_name(other))), std::string::npos) << err;
+    EXPECT_NE(with_copy(dt, 2, &err), 0);
+    EXPECT_NE(err.find("list model_copy has 2 tensors, grads has 3"), std::string::npos) << err;
+    EXPECT_TRUE(buf == L.b) << "written despite the error";
+    ASSERT_EQ(with_copy(dt, L.sizes.size(), &err), 0) << err;
+    for (size_t k = 0; k < L.sizes.size(); ++k) {
+      EXPECT_TRUE(buf[k] == ref.b[k]) << opf::dtype_name(dt) << " buffer " << k;
+      for (int64_t i = 0; i < L.sizes[k]; ++i) {
+        const double p = ref.pv(k, i);
+        ASSERT_EQ(double(master[k][size_t(i)]), p) << opf::dtype_name(dt) << " " << k << "/" << i;
+        std::byte want[4];
+        opf::store_element(dt, want, 0, p);
+        ASSERT_EQ(0, std::memcmp(want, &copy[k][size_t(i) * opf::dtype_size(dt)], opf::dtype_size(dt))) << k << "/" << i;
+      }
     }
   }
 }
