@@ -458,5 +458,101 @@ TEST(OpCli, XentropyLabelOutOfRangeIsRefusedNamingTheRow) {
   EXPECT_FALSE(fs::exists(D + "/out"));
 }
 
+// fused_sgd's step through the CLI: two tensors of different sizes, Nesterov momentum with weight
+// decay, checked against SGD in double; a momentum_buffer list one short is bad input (exit 2,
+// one line naming the list, no files).
+TEST(OpCli, FusedSgdStepAndAShortListNamingIt) {
+  SKIP_WITHOUT("fused_sgd");
+  TempDir t;
+  Rng rng(suites::test_seed(seed(), "fused_sgd/lists"));
+  const std::string D = t.path;
+  const std::vector<int64_t> sizes = {37, 5};
+  std::vector<std::vector<float>> g, p, b;
+  std::vector<std::string> args = {"fused_sgd"};
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t n = size_t(sizes[k]);
+    g.push_back(draw(rng, n, -1, 1));
+    p.push_back(draw(rng, n, -2, 2));
+    b.push_back(draw(rng, n, -0.5, 0.5));
+    const std::string K = std::to_string(k);
+    for (auto [name, vals] : {std::pair{"grads", &g[k]}, {"params", &p[k]}, {"momentum_buffer", &b[k]}})
+      args.insert(args.end(), {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
+  }
+  npy::Array flag;
+  flag.dtype = DType::i32;
+  flag.shape = {1};
+  flag.data.assign(4, std::byte{0});
+  npy::write(D + "/flag.npy", flag);
+  const double lr = 0.05, mu = 0.9, wd = 0.01;
+  args.insert(args.end(), {"--in", "noop_flag=" + D + "/flag.npy", "--param", "lr=0.05", "--param", "weight_decay=0.01",
+                           "--param", "nesterov=true", "--out", D + "/out"});
+  const Result r = opforge_op(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::string K = std::to_string(k);
+    const auto gp = read_values(D + "/out/params." + K + ".npy", DType::f32, {sizes[k]});
+    const auto gb = read_values(D + "/out/momentum_buffer." + K + ".npy", DType::f32, {sizes[k]});
+    for (size_t i = 0; i < size_t(sizes[k]); ++i) {
+      const double gi = double(g[k][i]) + wd * p[k][i], bi = mu * b[k][i] + gi, pi = p[k][i] - lr * (gi + mu * bi);
+      EXPECT_NEAR(gb[i], bi, 1e-6 * (1 + std::fabs(bi))) << "momentum_buffer." << K << "[" << i << "]";
+      EXPECT_NEAR(gp[i], pi, 1e-6 * (1 + std::fabs(pi))) << "params." << K << "[" << i << "]";
+    }
+  }
+  std::vector<std::string> short_list;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == "--in" && args[i + 1].rfind("momentum_buffer=", 0) == 0 && args[i + 1].find("buffer1") != std::string::npos) {
+      ++i;
+    } else {
+      short_list.push_back(args[i]);
+    }
+  short_list.back() = D + "/out2";
+  const Result bad = opforge_op(short_list);
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("list momentum_buffer has 1 tensors, grads has 2"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << "not one line: " << bad.err;
+  EXPECT_FALSE(fs::exists(D + "/out2"));
+}
+
+// index_mul_2d forward through the CLI (out = in1[idx] * in2: one f32 product, so exact bits),
+// then an index outside [0, M): exit 2 naming idx and the position, no files.
+TEST(OpCli, IndexMul2dForwardAndAnOutOfRangeIndex) {
+  SKIP_WITHOUT("index_mul_2d");
+  TempDir t;
+  Rng rng(suites::test_seed(seed(), "index_mul_2d/idx"));
+  const std::string D = t.path;
+  const auto in1 = draw(rng, 4 * 3, -1, 1), in2 = draw(rng, 5 * 3, -1, 1);
+  write_f32(D + "/in1.npy", {4, 3}, in1);
+  write_f32(D + "/in2.npy", {5, 3}, in2);
+  auto write_idx = [&](std::vector<int64_t> v) {
+    npy::Array a;
+    a.dtype = DType::i64;
+    a.shape = {int64_t(v.size())};
+    a.data.resize(v.size() * 8);
+    std::memcpy(a.data.data(), v.data(), a.data.size());
+    npy::write(D + "/idx.npy", a);
+  };
+  const std::vector<int64_t> idx = {3, 0, 3, 1, 2};
+  write_idx(idx);
+  const std::vector<std::string> args = {"index_mul_2d", "--in", "in1=" + D + "/in1.npy", "--in", "in2=" + D + "/in2.npy",
+                                         "--in", "idx=" + D + "/idx.npy", "--out"};
+  auto with_out = [&](const std::string& out) {
+    auto a = args;
+    a.push_back(out);
+    return a;
+  };
+  const Result r = opforge_op(with_out(D + "/out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto out = read_values(D + "/out/out.npy", DType::f32, {5, 3});
+  for (size_t i = 0; i < 5; ++i)
+    for (size_t c = 0; c < 3; ++c)
+      EXPECT_EQ(out[i * 3 + c], double(in1[size_t(idx[i]) * 3 + c] * in2[i * 3 + c])) << i << "," << c;
+  write_idx({3, 4, 0, 1, 2});
+  const Result bad = opforge_op(with_out(D + "/out2"));
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("idx[1] = 4 is outside [0, 4)"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << "not one line: " << bad.err;
+  EXPECT_FALSE(fs::exists(D + "/out2"));
+}
+
 }  // namespace
 }  // namespace opf::cli
