@@ -40,7 +40,8 @@ class CachingCpuAllocator final : public c10::Allocator {
   // Also returns the cached blocks to the system: a new case should not hold on to the sizes of
   // the previous one.
   static void install() {
-    static CachingCpuAllocator instance;
+    // never destroyed: tensors held by static objects are released after static destructors run
+    static CachingCpuAllocator& instance = *new CachingCpuAllocator;
     static std::once_flag once;
     std::call_once(once, [] { c10::SetCPUAllocator(&instance, /*priority above the default's 0*/ 1); });
     std::lock_guard<std::mutex> lock(instance.mu_);
