@@ -14,6 +14,7 @@ packages=(
   meson ninja-build pkg-config g++ python3 ccache
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev    # tests, benchmarks, CLI
   libhwy-dev libdnnl-dev libopenblas-dev libssl-dev          # SIMD dispatch, CPU peers, cache keys
+  libtorch-dev                                               # the torch peers (PyTorch 1.13 eager; benchmark binary only)
   protobuf-compiler libprotobuf-dev libsimdjson-dev zlib1g-dev  # chakra
   libtomlplusplus-dev libxml2-dev                            # matrices, JUnit logs
   hipcc libamdhip64-dev rocm-device-libs                     # HIP compile path (no device needed)

@@ -70,6 +70,7 @@ struct Cell {
   json::Value rec;
   std::string dir;
   std::vector<BenchSamples> bench;
+  std::vector<std::string> bench_not_run;  // the benchmark's own "N not run (...): reason" lines
   json::Value probe, inventory;
   std::vector<ChakraOutcome> chakra;
   std::vector<InstrCount> instr;  // callgrind.json, when the cell counted instructions
@@ -99,6 +100,12 @@ Run load(const std::string& run_dir) {
     for (const auto& b : c.rec.get("bench").as_array()) {
       auto v = read_benchmark_json(d + "/" + b.as_string(), name);
       c.bench.insert(c.bench.end(), v.begin(), v.end());
+      const std::string lines = json::parse_file(d + "/" + b.as_string()).get("context").str("opforge_not_run", "");
+      for (size_t a = 0, e; a < lines.size(); a = e + 1) {
+        e = lines.find('\n', a);
+        if (e == std::string::npos) e = lines.size();
+        if (e > a) c.bench_not_run.push_back(lines.substr(a, e - a));
+      }
     }
     if (files::read_if_exists(d + "/probe.json", text)) c.probe = json::parse(text, d + "/probe.json");
     if (files::read_if_exists(d + "/inventory.json", text)) c.inventory = json::parse(text, d + "/inventory.json");
@@ -332,6 +339,16 @@ Section performance(const Run& r) {
     s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference: " + escape(refs) +
               ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library; "
               "% of probe at the benchmark's own thread count.</p>\n";
+    if (!c.bench_not_run.empty()) {  // skipped peers and backends, with the benchmark's reason
+      s.md += "Not run:\n\n";
+      s.html += "<p>Not run:</p><ul>";
+      for (const std::string& l : c.bench_not_run) {
+        s.md += "- " + l + "\n";
+        s.html += "<li>" + escape(l) + "</li>";
+      }
+      s.md += "\n";
+      s.html += "</ul>\n";
+    }
     for (auto& [op, rows] : by_op) {
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
         auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.threads, a.first.kind, a.first.impl);

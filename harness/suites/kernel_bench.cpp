@@ -23,7 +23,9 @@
 #include "opforge/error.h"
 #include "opforge/loader.h"
 #include "opforge/threads.h"
+#include "peer_not_built.h"
 #include "peers/peer.h"
+#include "peers/peer_check.h"
 #include "seed.h"
 #include "staged_case.h"
 
@@ -54,6 +56,36 @@ struct Prepared {
 };
 std::unique_ptr<Prepared> g_current;
 int g_failed = 0;  // benchmark runs that ended in SkipWithError
+uint64_t g_check_seed = 0;
+
+// A peer is timed only after it computed the op: its adapter is checked against the float64
+// reference on the op's correctness shapes, once per (lib, op, dtype, entry), before its first
+// benchmark (a peer library linked into this binary only, torch, has no other check). Returns
+// why the peer may not be timed; empty when it passed.
+std::string cross_check(const BenchCase& bc) {
+  static std::map<std::string, std::string> done;
+  const std::string key = bc.peer->lib + "/" + bc.op->name + "/" + std::string(dtype_name(bc.dtype)) + "/" + bc.entry;
+  if (auto it = done.find(key); it != done.end()) return it->second;
+  std::string why;
+  int compared = 0, shapes = 0;
+  for (const Shape& shape : bc.op->cases) {
+    const std::string name = key + "/" + shape_name(shape);
+    const peers::CheckOutcome r =
+        peers::check_peer(*bc.op, *bc.peer, bc.dtype, bc.entry, shape, bc.threads, g_check_seed, name);
+    if (!r.failure.empty()) {
+      why = "peer cross-check against the float64 reference failed, " + name + ": " + r.failure +
+            " (replay: OPFORGE_SEED=" + std::to_string(g_check_seed) + ")";
+      break;
+    }
+    if (r.unsupported.empty()) ++shapes;
+    compared += r.compared;
+  }
+  if (why.empty() && compared == 0) why = "peer not cross-checked: no correctness shape of " + bc.op->name + " runs on it";
+  if (why.empty())
+    std::fprintf(stderr, "opforge bench: peer %s cross-checked against the float64 reference: %d outputs on %d shapes (seed %llu), pass\n",
+                 key.c_str(), compared, shapes, (unsigned long long)g_check_seed);
+  return done[key] = why;
+}
 
 Prepared& prepare(const BenchCase& bc) {
   if (g_current && g_current->name == bc.name) return *g_current;
@@ -66,6 +98,7 @@ Prepared& prepare(const BenchCase& bc) {
     if (!p->drawn.desc.unsupported.empty()) throw Error("case not supported: " + p->drawn.desc.unsupported);
     const Params params = bc.op->default_params();
     if (bc.peer) {
+      if (std::string why = cross_check(bc); !why.empty()) throw Error(why);
       p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, p->drawn);
       p->peer->run();  // warm-up: first touch of outputs, lazy init
     } else {
@@ -145,18 +178,36 @@ class NotRun {
     if (fresh) order_.push_back(reason);
     it->second.push_back(name);
   }
+  // One line per reason, on stderr and in the JSON's context (`opforge_not_run`), where the
+  // run report shows it.
   void print() const {
+    std::string lines;
     for (const std::string& r : order_) {
       const auto& names = by_reason_.at(r);
-      std::fprintf(stderr, "opforge bench: %zu not run (%s%s): %s\n", names.size(), names.front().c_str(),
-                   names.size() > 1 ? ", ..." : "", r.c_str());
+      char head[64];
+      std::snprintf(head, sizeof head, "%zu not run (", names.size());
+      lines += head + names.front() + (names.size() > 1 ? ", ..." : "") + "): " + r + "\n";
     }
+    for (size_t a = 0, b; a < lines.size(); a = b + 1) {
+      b = lines.find('\n', a);
+      std::fprintf(stderr, "opforge bench: %s\n", lines.substr(a, b - a).c_str());
+    }
+    if (!lines.empty()) benchmark::AddCustomContext("opforge_not_run", lines);
   }
 
  private:
   std::vector<std::string> order_;
   std::map<std::string, std::vector<std::string>> by_reason_;
 };
+
+// Why a manifest peer has no adapter in this binary: its library was not built here (the reason
+// Meson recorded), else the op has no kernels/ops/<op>/peer_<lib>.cpp.
+std::string peer_not_built(const std::string& lib, const std::string& op) {
+  static const std::pair<std::string_view, std::string_view> kNotBuilt[] = {OPF_PEERS_NOT_BUILT{"", ""}};
+  for (const auto& [l, why] : kNotBuilt)
+    if (l == lib) return "peer " + lib + " skipped: " + std::string(why);
+  return "peer " + lib + " skipped: no adapter, kernels/ops/" + op + "/peer_" + lib + ".cpp missing";
+}
 
 // 1 and all cores (OPFORGE_NUM_THREADS); one count where they are the same.
 std::vector<int> thread_counts() {
@@ -187,8 +238,7 @@ void register_cases() {
               const std::string name = peer_case_name(lib, op.name, dt, e.name, shape) + suffix;
               const peers::Adapter* a = peers::find_adapter(lib, op.name);
               if (!a) {
-                not_run.add("no adapter built: kernels/ops/" + op.name + "/peer_" + lib +
-                                ".cpp missing, or its library not found at configure time", name);
+                not_run.add(peer_not_built(lib, op.name), name);
                 continue;
               }
               const Params params = op.default_params();
@@ -220,6 +270,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("opforge_mode", opf::build::mode());
     benchmark::AddCustomContext("opforge_probe", "STREAM triad, 3 x 64 MiB, at each benchmark's thread count; bw_frac = bytes_per_second / its mean rate");
     benchmark::AddCustomContext("opforge_threads", std::to_string(opf::default_num_threads()));
+    g_check_seed = base_seed_from_env();
     for (int threads : thread_counts()) register_bandwidth_probe(threads);
     register_cases();
   } catch (const opf::Error& e) {
