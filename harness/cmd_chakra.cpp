@@ -229,7 +229,7 @@ void add_chakra_command(CLI::App& app) {
     auto traces = std::make_shared<std::string>();
     auto golden = std::make_shared<std::string>();
     sub->add_flag("--update", *update, "rewrite the golden files and print what changed");
-    sub->add_option("--traces", *traces, "trace corpus (default: ../shared/traces from the source tree)");
+    sub->add_option("--traces", *traces, "trace corpus (default: chakra/tests/data/traces in the source tree)");
     sub->add_option("--golden", *golden, "golden dir (default: chakra/tests/golden in the source tree)");
     on_run(sub, [=] {
       RegressOptions o;

@@ -1,5 +1,5 @@
 // Exclusive ("self") time of CPU ops on one thread: inclusive duration minus the merged
-// intervals of the ops it contains, with the reference linker's exact rules (specs §4.2):
+// intervals of the ops it contains, with the reference linker's exact rules (docs/chakra.md §4.2):
 // ops are ordered by (ts, dur) [reference] or (ts, -dur) [default]; op k subtracts every later
 // op j with ts_j + dur_j <= ts_k + dur_k; contained intervals are merged (touching ones too)
 // and each merged length is subtracted in start order, in Python int/float arithmetic.

@@ -1,5 +1,5 @@
 // The parts of a Kineto (PyTorch profiler chrome-trace) JSON file the linker uses, classified
-// as the reference linker does (specs/chakra.md §4.2). Only the classified events are kept, as
+// as the reference linker does (docs/chakra.md §4.2). Only the classified events are kept, as
 // compact records, so memory grows with the kept events, not with the JSON text.
 #pragma once
 
@@ -50,7 +50,7 @@ struct KinetoGpuOp {
 };
 
 // CUDA/HIP host-side synchronisation calls and the device-side cuda_sync records that say which
-// stream they waited on (for the narrow sync-dependency pass, specs §4.3 / §8).
+// stream they waited on (for the narrow sync-dependency pass, docs/chakra.md §4.3 / §8).
 struct KinetoSyncCall {
   PyNum ts, dur;
   uint32_t event = 0;

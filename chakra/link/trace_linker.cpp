@@ -316,7 +316,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     gpu_by_parent_ext[kt.cpu[size_t(parent)].external_id].push_back(g);
   }
 
-  // ---- inter-thread dependencies (1000 us gap rule, specs §4.5) ----------------------------
+  // ---- inter-thread dependencies (1000 us gap rule, docs/chakra.md §4.5) ------------------
   {
     const PyNum threshold = PyNum::of_int(1000);
     const PyNum zero = PyNum::of_int(0);
@@ -359,7 +359,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     }
   }
 
-  // ---- narrow sync dependencies (first ProfilerStep only, specs §4.3/§8) --------------------
+  // ---- narrow sync dependencies (first ProfilerStep only, docs/chakra.md §4.3/§8) --------
   // GPU op (index) -> CPU ops (index) that must wait for it.
   std::unordered_map<uint32_t, std::vector<uint32_t>> gpu_sync;
   if (kt.first_profiler_step && !kt.sync_calls.empty()) {

@@ -1,5 +1,5 @@
 // `opforge chakra link`: joins a PyTorch host execution trace with the Kineto trace of the
-// same run into the linked ("host + device") JSON the converter reads (specs/chakra.md §4).
+// same run into the linked ("host + device") JSON the converter reads (docs/chakra.md §4).
 //
 // Compat mode (--compat reference) reproduces the reference linker's graph: rf_id <->
 // "Record function id" matching restricted to the process root's subtree, the equal-ts tie

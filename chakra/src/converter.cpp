@@ -55,7 +55,7 @@ struct Out {
   std::vector<uint64_t> data_deps;
 };
 
-// comm_type from the kernel name (§3.4); -1 = not recognised
+// comm_type from the kernel name (docs/chakra.md §3.4); -1 = not recognised
 int comm_type_of(std::string_view name, bool extended) {
   std::string norm;
   norm.reserve(name.size());
@@ -337,7 +337,7 @@ void Converter::encode_deps() {
         }
         last_cpu = last_any = i;
       }
-      // sync_dep (§3.5 step 4): the reference adds one only if the dependency's start_time_micros
+      // sync_dep (docs/chakra.md §3.5 step 4): the reference adds one only if the dependency's start_time_micros
       // is earlier, but never sets start times, so it adds none. The default mode applies the
       // intended test to the linked `ts`; a dependency that starts later would be a false
       // positive (and could close a cycle).
@@ -620,7 +620,7 @@ ConvertStats Converter::run() {
   parent_of.clear();
   parent_of.shrink_to_fit();
 
-  // output map in the reference's insertion order (§3.3)
+  // output map in the reference's insertion order (docs/chakra.md §3.3)
   out_pos_.assign(n, kNone);
   outs_.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -642,7 +642,7 @@ ConvertStats Converter::run() {
   for (auto* v : {&child_begin_, &child_list_, &gpu_child_begin_, &gpu_child_list_}) std::vector<uint32_t>().swap(*v);
   std::vector<JType>().swap(jtype_);
 
-  // dangling nodes: no data deps and nobody depends on them (§3.7)
+  // dangling nodes: no data deps and nobody depends on them (docs/chakra.md §3.7)
   {
     std::vector<bool> referenced(n, false);   // by host index; deps on unknown ids fail validation later
     for (const Out& o : outs_)

@@ -1,4 +1,4 @@
-// PyTorch host ET / linked JSON -> Chakra .et (specs §3): node classification, ctrl deps,
+// PyTorch host ET / linked JSON -> Chakra .et (docs/chakra.md §3): node classification, ctrl deps,
 // data deps from the per-thread pre-order walk, comm nodes (type, size, process group),
 // dangling-node removal, validation, writing; optional reference-style log and simulation.
 //

@@ -1,5 +1,5 @@
 // Chakra .et streams: varint32(size) ‖ message, repeated; GlobalMetadata first, then Nodes
-// (specs §2.1). Input may be gzip-compressed (auto-detected); output is gzip iff the name ends
+// (docs/chakra.md §2.1). Input may be gzip-compressed (auto-detected); output is gzip iff the name ends
 // in ".gz" (AtomicOutput). In compat mode a record of size 0 ends the stream, as in the
 // reference Python reader; by default it is an (all-default) message, as protobuf defines it.
 #pragma once

@@ -1,6 +1,6 @@
 // The in-memory model of a PyTorch host execution trace or a linked ("host + device") trace:
 // the compact per-node facts the converter needs (not the JSON text). IOInfo strings are
-// already rendered as Python str() (specs §3.6). All schemas map to this one model:
+// already rendered as Python str() (docs/chakra.md §3.6). All schemas map to this one model:
 // 1.0.1 (flat "parent", "inputs"/"input_shapes"/..., attributes as top-level keys) and the
 // nested 1.0.2 / 1.0.3 / 1.1.0 / 1.1.1 "-chakra.0.0.4" and "1.1.1-chakra.1.0.0" formats.
 #pragma once
@@ -28,7 +28,7 @@ struct EtMetadata {
   bool time_is_string = false;
 };
 
-// The integer attributes every converted node carries (specs §3.4), in output order.
+// The integer attributes every converted node carries (docs/chakra.md §3.4), in output order.
 enum IntAttr { kRfId, kFwParent, kSeqId, kScope, kTid, kFwTid, kIntAttrCount };
 extern const char* const kIntAttrNames[kIntAttrCount];
 
@@ -38,7 +38,7 @@ struct HostNode {
   int64_t inter_thread_dep = 0;
   int64_t stream = 0;
   int64_t duration = 0;            // int(exclusive_dur) (truncated), 0 when absent
-  int64_t comm_size = 0;           // Σ num_elem × elem_bytes over the input tensors (§3.4)
+  int64_t comm_size = 0;           // Σ num_elem × elem_bytes over the input tensors (docs/chakra.md §3.4)
   int64_t attr[kIntAttrCount] = {};
   PStr name, op_schema, pg_name;
   PStr in_values, in_shapes, in_types, out_values, out_shapes, out_types;

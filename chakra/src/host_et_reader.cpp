@@ -92,7 +92,7 @@ std::string_view get_str(od::value v, const char* what) {
   return s;
 }
 
-// Per element of inputs.values: what comm_size (§3.4) needs. "direct" = value[3] * value[4];
+// Per element of inputs.values: what comm_size (docs/chakra.md §3.4) needs. "direct" = value[3] * value[4];
 // "list" = Σ inner[3] * inner[4] over the elements of a GenericList[Tensor...].
 struct ElemSize {
   bool direct_ok = false, list_ok = false;
@@ -461,7 +461,7 @@ struct NodeReader {
     n.out_values = keep(o_values, o_values.size() <= 16);
     n.out_shapes = keep(o_shapes, true);
     n.out_types = keep(o_types, true);
-    // comm_size (§3.4): zip(values, types), only "Tensor" types count.
+    // comm_size (docs/chakra.md §3.4): zip(values, types), only "Tensor" types count.
     __int128 total = 0;
     bool ok = values_is_list;
     size_t m = std::min(sizes.size(), types.size());

@@ -1,4 +1,4 @@
-// .et -> JSON in the reference jsonizer's layout (specs §2.3): protobuf's Python MessageToJson
+// .et -> JSON in the reference jsonizer's layout (docs/chakra.md §2.3): protobuf's Python MessageToJson
 // (indent 2, lowerCamelCase names, 64-bit integers as strings, enums by name, defaults
 // omitted, ASCII-only output) for GlobalMetadata and every Node, concatenated with no
 // separator. Written atomically.

@@ -1,7 +1,8 @@
 // Default-mode fix for simulators that treat METADATA nodes as no-ops: ASTRA-sim completes a
 // METADATA node without issuing the children it frees, so a COMP/COMM node waiting on one never
-// runs and the whole replay stalls (issue 11 §5: the 1.0.2 host trace stops after two nodes,
-// `process_group:init` (3) sits between the thread root (2) and all the real work).
+// runs and the whole replay stalls (docs/chakra.md §2.2; on the corpus's 1.0.2 host trace it
+// stops after two nodes: `process_group:init` (3) sits between the thread root (2) and all the
+// real work).
 //
 // Every dependency of a non-METADATA node on a METADATA node is replaced by that node's own
 // dependencies, followed through chains of METADATA nodes. This is stricter than "never on a

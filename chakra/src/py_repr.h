@@ -1,5 +1,5 @@
 // CPython `str()`/`repr()` of JSON values, as the reference converter writes them into IOInfo
-// strings (specs/chakra.md §3.6): lists "[a, b]", dicts "{'k': v}", True/False/None, ints as
+// strings (docs/chakra.md §3.6): lists "[a, b]", dicts "{'k': v}", True/False/None, ints as
 // their decimal text (arbitrary precision: digits beyond 64 bits are kept verbatim), floats in
 // Python's shortest round-trip repr ("1e-05", "1e+16", "1.0", "inf"), strings with Python's
 // quote choice and escapes. Known approximation: code points that CPython deems unprintable

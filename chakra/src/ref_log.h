@@ -1,4 +1,4 @@
-// The reference converter's debug log (specs §3.11): "LEVEL [MM/DD/YYYY hh:mm:ss AM] message"
+// The reference converter's debug log (docs/chakra.md §3.11): "LEVEL [MM/DD/YYYY hh:mm:ss AM] message"
 // lines, written only when a log file is requested (it costs ~180 bytes per node).
 #pragma once
 

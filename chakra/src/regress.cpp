@@ -284,36 +284,36 @@ std::string decode_summary(const std::string& text) {
 const std::vector<RegressCase>& regress_cases() {
   static const std::vector<RegressCase> cases = {
       // reference outputs: byte equality in --compat reference
-      {"ref_c102_linked", "synthetic-linked/c102_linked.ref.json", true, false, "synthetic-linked/c102_linked.ref.et",
-       "synthetic-linked/c102_linked.ref.et.jsonized.json", "synthetic-linked/c102_linked.ref.convert_simulate.log"},
-      {"ref_c102_host_unlinked", "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", true, false,
-       "synthetic-linked/c102_host_unlinked.ref.et", "", "synthetic-linked/c102_host_unlinked.ref.convert_simulate.log"},
+      {"ref_c102_linked", "synthetic-linked/c102_linked.ref.json.gz", true, false, "synthetic-linked/c102_linked.ref.et.gz",
+       "synthetic-linked/c102_linked.ref.et.jsonized.json.gz", "synthetic-linked/c102_linked.ref.convert_simulate.log.gz"},
+      {"ref_c102_host_unlinked", "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", true, false,
+       "synthetic-linked/c102_host_unlinked.ref.et.gz", "", "synthetic-linked/c102_host_unlinked.ref.convert_simulate.log.gz"},
       {"ref_resnet_linked", "synthetic-linked/resnet_linked.ref.json.gz", true, false, "synthetic-linked/resnet_linked.ref.et.gz",
        "", "synthetic-linked/resnet_linked.ref.convert_simulate.log.gz"},
       {"ref_resnet_host_unlinked", "facebookresearch-param/resnet_et.json.gz", true, false,
        "synthetic-linked/resnet_host_unlinked.ref.et.gz", "", ""},
       // default mode: reviewed goldens
-      {"c102_linked", "synthetic-linked/c102_linked.ref.json", false, false, "", "", ""},
-      {"c102_host", "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", false, false, "", "", ""},
+      {"c102_linked", "synthetic-linked/c102_linked.ref.json.gz", false, false, "", "", ""},
+      {"c102_host", "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", false, false, "", "", ""},
       {"resnet_linked", "synthetic-linked/resnet_linked.ref.json.gz", false, false, "", "", ""},
       {"resnet_et", "facebookresearch-param/resnet_et.json.gz", false, false, "", "", ""},
       {"resnet_1gpu_et", "facebookresearch-param/resnet_1gpu_et.json.gz", false, false, "", "", ""},
       {"resnet_2gpu_et", "facebookresearch-param/resnet_2gpu_et.json.gz", false, false, "", "", ""},
       {"hf_GPT2_et", "facebookresearch-param/hf_GPT2_et.json.gz", false, false, "", "", ""},
-      {"pt2_et", "facebookresearch-param/pt2_et.json", false, false, "", "", ""},
+      {"pt2_et", "facebookresearch-param/pt2_et.json.gz", false, false, "", "", ""},
       {"linear_et_1.0.1", "facebookresearch-param/linear_et.json.gz", false, false, "", "", ""},
-      {"dlrm_eg_0_1.0.1", "facebookresearch-param/dlrm_eg_0.json", false, false, "", "", ""},
+      {"dlrm_eg_0_1.0.1", "facebookresearch-param/dlrm_eg_0.json.gz", false, false, "", "", ""},
       {"simple_add_et_1.0.1", "facebookresearch-hta/benchmark_simple_add_et.json.gz", false, false, "", "", ""},
       // existing .et files: read, validate, summarise
-      {"feeder_tests_chakra.0", "mlcommons-chakra/feeder_tests_chakra.0.et", false, true, "", "", ""},
-      {"astra_all_reduce.0", "astra-sim/workload__microbenchmarks__all_reduce__4npus_1MB__all_reduce.0.et", false, true, "", "", ""},
+      {"feeder_tests_chakra.0", "mlcommons-chakra/feeder_tests_chakra.0.et.gz", false, true, "", "", ""},
+      {"astra_all_reduce.0", "astra-sim/workload__microbenchmarks__all_reduce__4npus_1MB__all_reduce.0.et.gz", false, true, "", "", ""},
       {"astra_custom_allreduce.0",
-       "astra-sim/system__custom_collectives__custom_ring_allreduce_8npus_1MB__custom_allreduce.0.et", false, true, "", "", ""},
+       "astra-sim/system__custom_collectives__custom_ring_allreduce_8npus_1MB__custom_allreduce.0.et.gz", false, true, "", "", ""},
   };
   return cases;
 }
 
-std::string default_traces_dir() { return std::string(OPF_CHAKRA_SOURCE_ROOT) + "/../shared/traces"; }
+std::string default_traces_dir() { return OPF_CHAKRA_TRACES_DIR; }
 std::string default_golden_dir() { return std::string(OPF_CHAKRA_SOURCE_ROOT) + "/chakra/tests/golden"; }
 
 std::string et_summary(const std::string& et_path) {
@@ -405,8 +405,8 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
     r.name = c.name;
     std::string in = opt.traces_dir + "/" + c.input;
     if (!exists(in)) {
-      r.skipped = true;
-      r.messages.push_back("input " + in + " not found");
+      r.ok = false;
+      r.messages.push_back("input " + in + " not found (the corpus is part of the repository)");
       results.push_back(r);
       continue;
     }
@@ -467,15 +467,22 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
 
 bool run_regress(const RegressOptions& opt, const std::function<void(const std::string&)>& print) {
   bool all = true;
-  size_t passed = 0, failed = 0, skipped = 0;
+  size_t passed = 0, failed = 0;
+  if (!exists(opt.traces_dir)) {
+    print("FAIL: trace corpus " + opt.traces_dir + " not found; no trace converted");
+    return false;
+  }
   for (const auto& r : regress(opt)) {
-    print(std::string(r.skipped ? "SKIP " : r.ok ? "ok   " : "FAIL ") + r.name);
+    print(std::string(r.ok ? "ok   " : "FAIL ") + r.name);
     for (const auto& m : r.messages) print("     " + m);
-    if (r.skipped) ++skipped;
-    else if (r.ok) ++passed;
+    if (r.ok) ++passed;
     else ++failed, all = false;
   }
-  print(std::to_string(passed) + " passed, " + std::to_string(failed) + " failed, " + std::to_string(skipped) + " skipped");
+  print(std::to_string(passed) + " passed, " + std::to_string(failed) + " failed");
+  if (passed + failed == 0) {
+    print("FAIL: no trace converted" + (opt.only.empty() ? std::string() : " (no case named '" + opt.only + "')"));
+    return false;
+  }
   return all;
 }
 

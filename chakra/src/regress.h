@@ -1,4 +1,4 @@
-// Golden regression over the trace corpus (shared/traces): every usable trace is converted
+// Golden regression over the trace corpus (chakra/tests/data/traces): every trace is converted
 // (and jsonized), and compared (a) byte for byte with the reference tool's outputs where they
 // exist (--compat reference: *.ref.et, *.ref.et.jsonized.json, simulation logs), and (b) with
 // a reviewed golden summary in chakra/tests/golden/ (one canonical line per node, gzip), so a
@@ -33,12 +33,12 @@ struct RegressOptions {
 struct CaseResult {
   std::string name;
   bool ok = true;
-  bool skipped = false;
-  std::vector<std::string> messages;   // differences, or why skipped
+  std::vector<std::string> messages;   // differences, or why it failed (a missing input fails)
 };
 
 std::vector<CaseResult> regress(const RegressOptions& opt);
-// CLI wrapper: prints one line per case plus the differences; true if all passed.
+// CLI wrapper: prints one line per case plus the differences; true if all passed and at least
+// one trace was checked (a run that checked nothing says why and fails).
 bool run_regress(const RegressOptions& opt, const std::function<void(const std::string&)>& print);
 
 std::string default_traces_dir();

@@ -1,4 +1,4 @@
-// The reference converter's `--simulate` (specs §3.10): one CPU shared by all threads, one
+// The reference converter's `--simulate` (docs/chakra.md §3.10): one CPU shared by all threads, one
 // in-order queue per GPU stream, 1 µs ticks, dependents released when a node is *issued*, a
 // 0-duration node occupying its resource for one tick. Same log lines as the reference, but
 // event-driven: idle ticks are skipped (jump to the next completion), so the cost is

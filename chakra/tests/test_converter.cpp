@@ -1,11 +1,12 @@
 // Converter behaviour: the reference outputs reproduced byte for byte (--compat reference), and
-// each reference bug the default mode fixes (specs §8), plus validator and simulator semantics.
+// each reference bug the default mode fixes (docs/chakra.md §8), plus validator and simulator semantics.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "byte_source.h"
 #include "converter.h"
 #include "et_load.h"
 #include "et_stream.h"
@@ -51,7 +52,7 @@ ConvertOptions quiet(bool compat, std::vector<std::string>* warnings = nullptr) 
   return o;
 }
 
-// ---- reference reproduction (the oracle is the reference tool's output in shared/traces)
+// ---- reference reproduction (the oracle is the reference tool's output in data/traces/synthetic-linked)
 
 class ReferenceOutput : public ::testing::TestWithParam<std::string> {};
 
@@ -65,11 +66,11 @@ TEST(ReferenceSimulation, SimulatingTheReferenceEtGivesTheReferenceLogLines) {
   OPF_REQUIRE_TRACES();
   std::string dir = test::traces_dir() + "/synthetic-linked/";
   LoadedEt et;
-  load_et(dir + "c102_linked.ref.et", true, et);
+  load_et(dir + "c102_linked.ref.et.gz", true, et);
   std::vector<std::string> got;
   simulate(et.nodes, [&](const std::string& l) { got.push_back(l); });
   std::vector<std::string> want;
-  std::istringstream log(test::read_file(dir + "c102_linked.ref.convert_simulate.log"));
+  std::istringstream log(read_all(dir + "c102_linked.ref.convert_simulate.log.gz"));
   bool in_sim = false;
   for (std::string line; std::getline(log, line);) {
     line = line.substr(line.find("] ") + 2);   // strip "LEVEL [date time] "
@@ -88,7 +89,7 @@ TEST(ReferenceSimulation, SimulatingTheReferenceEtGivesTheReferenceLogLines) {
 TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
   OPF_REQUIRE_TRACES();
   TempDir td;
-  std::string in = test::traces_dir() + "/synthetic-linked/c102_linked.ref.json";
+  std::string in = test::traces_dir() + "/synthetic-linked/c102_linked.ref.json.gz";
   convert(in, td.file("compat.et"), quiet(true));
   convert(in, td.file("default.et"), quiet(false));
   auto a = read_nodes(td.file("compat.et")), b = read_nodes(td.file("default.et"));
@@ -372,7 +373,7 @@ TEST(Simulator, ReleasesAtIssueOneCpuStreamsInParallel) {
   g[3] = {4, "C", {2}, {}, 2, true, true, 0, true, 1};
   std::vector<std::string> lines;
   auto r = simulate(g, [&](const std::string& l) { lines.push_back(l); });
-  // worked out by hand from specs §3.10
+  // worked out by hand from docs/chakra.md §3.10
   std::vector<std::string> want = {
       "Issuing CPU Node ID 1 (A) at 0us with duration 3us, tid: 1",
       "Issuing GPU Node ID 3 (G) at 1us on stream 7 with duration 5us, tid: stream 7",

@@ -54,7 +54,7 @@ TEST(ForEachFile, VisitsEveryIndexOnceForAnyJobCount) {
 
 TEST_F(ManyFiles, ConvertGivesTheSameBytesWithAnyJobsAndABadPairFailsAlone) {
   TempDir td;
-  const std::string real = std::string(OPF_CHAKRA_TEST_DATA) + "/host_et_1.0.2-chakra.0.0.4.json.gz";
+  const std::string real = std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
   test::write_file(td.file("small.json"), test::et_trace(test::small_host_nodes()));
   test::write_file(td.file("bad.json"), "{\"schema\": ");
   std::string args1, args2;

@@ -74,7 +74,7 @@ ConvertOptions quiet(bool compat) {
 
 TEST(DefaultMode, NoNodeWaitsOnAMetadataNodeInThe102HostTrace) {
   TempDir td;
-  const std::string in = std::string(OPF_CHAKRA_TEST_DATA) + "/host_et_1.0.2-chakra.0.0.4.json.gz";
+  const std::string in = std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
   convert(in, td.file("ref.et"), quiet(true));
   ConvertStats st = convert(in, td.file("def.et"), quiet(false));
   const auto ref = read_nodes(td.file("ref.et")), def = read_nodes(td.file("def.et"));

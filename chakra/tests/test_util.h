@@ -1,5 +1,5 @@
 // Helpers for the chakra tests: temp dirs, writing small synthetic traces, reading files,
-// the shared trace corpus location (skip when absent).
+// the trace corpus location (chakra/tests/data/traces; a test fails when it is missing).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,10 +15,7 @@
 
 namespace opf::chakra::test {
 
-inline std::string traces_dir() {
-  const char* d = std::getenv("OPF_CHAKRA_TRACES");
-  return d ? d : "";
-}
+inline std::string traces_dir() { return default_traces_dir(); }
 
 inline bool exists(const std::string& p) {
   struct stat st;
@@ -27,9 +24,8 @@ inline bool exists(const std::string& p) {
 
 #define OPF_REQUIRE_TRACES()                                                                              \
   do {                                                                                                    \
-    if (::opf::chakra::test::traces_dir().empty() || !::opf::chakra::test::exists(::opf::chakra::test::traces_dir())) \
-      GTEST_SKIP() << "shared trace corpus not found (OPF_CHAKRA_TRACES='" << ::opf::chakra::test::traces_dir() \
-                   << "'); it lives in ../shared/traces beside the repository";                          \
+    if (!::opf::chakra::test::exists(::opf::chakra::test::traces_dir()))                                  \
+      FAIL() << "trace corpus " << ::opf::chakra::test::traces_dir() << " is missing (it is part of the repository)"; \
   } while (0)
 
 class TempDir {
@@ -47,7 +43,7 @@ class TempDir {
 };
 
 // Runs one `opforge chakra regress` case (goldens in chakra/tests/golden) and expects it to
-// match; skipped without ../shared/traces or when the case skips itself.
+// match; a missing corpus or input fails.
 inline void expect_regress_case(const std::string& name) {
   OPF_REQUIRE_TRACES();
   RegressOptions o;
@@ -56,7 +52,6 @@ inline void expect_regress_case(const std::string& name) {
   o.only = name;
   auto res = regress(o);
   ASSERT_EQ(res.size(), 1u);
-  if (res[0].skipped) GTEST_SKIP() << res[0].messages.at(0);
   std::string msgs;
   for (const auto& m : res[0].messages) msgs += "\n  " + m;
   EXPECT_TRUE(res[0].ok) << msgs;

@@ -1,5 +1,5 @@
 // Benchmarks of the Chakra linker and converter at 1x / 10x / 100x (/ 1000x) input sizes,
-// with time and peak RSS per node. Inputs are made here from the real traces in ../shared
+// with time and peak RSS per node. Inputs are made here from the real traces in chakra/tests/data/traces
 // with the project's own tools (scale: replicate the host ET; synth-kineto: seeded Kineto for
 // it) and cached under $OPF_CHAKRA_BENCH_DIR (default: /tmp/opf_chakra_bench).
 //   link    c102 (host_et_1.0.2, 261 CPU ops per copy) xN + synthetic Kineto  (reference: 514 s at x1000)
@@ -21,6 +21,7 @@
 #include "converter.h"
 #include "et_scale.h"
 #include "kineto_synth.h"
+#include "regress.h"
 #include "trace_linker.h"
 
 namespace {
@@ -28,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace opf::chakra;
 
-std::string shared_traces() { return std::string(OPF_SHARED_DIR) + "/traces"; }
+std::string corpus() { return default_traces_dir(); }
 
 fs::path bench_dir() {
   const char* env = std::getenv("OPF_CHAKRA_BENCH_DIR");
@@ -98,11 +99,11 @@ struct Meter {
 // Links `host_trace` replicated state.range(0) times with its synthetic Kineto trace.
 void bench_link(benchmark::State& state, const std::string& host_trace, const std::string& label) {
   const int64_t times = state.range(0);
-  if (!fs::is_directory(shared_traces())) {
-    state.SkipWithError("../shared/traces not present");
+  if (!fs::is_directory(corpus())) {
+    state.SkipWithError(("trace corpus " + corpus() + " is missing").c_str());
     return;
   }
-  const std::string host = scaled(shared_traces() + "/" + host_trace, label, times);
+  const std::string host = scaled(corpus() + "/" + host_trace, label, times);
   const std::string kineto = synth(host);
   LinkOptions o;
   o.host_path = host;
@@ -118,7 +119,7 @@ void bench_link(benchmark::State& state, const std::string& host_trace, const st
 }
 
 void BM_Link(benchmark::State& state) {
-  bench_link(state, "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json", "c102");
+  bench_link(state, "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", "c102");
 }
 
 // Two threads (forward + autograd) and NCCL broadcast/all_reduce: resnet_et xN (reference: 97 s at x10).
@@ -128,11 +129,11 @@ void BM_LinkResnet(benchmark::State& state) {
 
 void BM_Convert(benchmark::State& state) {
   const int64_t times = state.range(0);
-  if (!fs::is_directory(shared_traces())) {
-    state.SkipWithError("../shared/traces not present");
+  if (!fs::is_directory(corpus())) {
+    state.SkipWithError(("trace corpus " + corpus() + " is missing").c_str());
     return;
   }
-  const std::string in = scaled(shared_traces() + "/facebookresearch-param/hf_GPT2_et.json.gz", "hf_GPT2", times);
+  const std::string in = scaled(corpus() + "/facebookresearch-param/hf_GPT2_et.json.gz", "hf_GPT2", times);
   const std::string out = (bench_dir() / ("hf_GPT2_x" + std::to_string(times) + ".et")).string();
   ConvertOptions opt;
   opt.warn = [](const std::string&) {};

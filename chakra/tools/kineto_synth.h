@@ -1,5 +1,5 @@
 // Synthetic Kineto trace for a host execution trace, so linkable pairs of any size can be made
-// without a GPU (the public corpora have no large linkable pair, specs §5). Every non-root host
+// without a GPU (the public corpora have no large linkable pair, docs/chakra.md §5). Every non-root host
 // node becomes a cpu_op carrying "Record function id" = "External id" = its rf_id, nested as
 // the host tree nests (threads keep their host "tid"); leaf ops that touch CUDA tensors launch
 // a kernel (cudaLaunchKernel / cudaMemcpyAsync, NCCL kernels with a "Process Group Name" for

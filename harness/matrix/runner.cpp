@@ -351,7 +351,30 @@ void step_chakra(CellRun& c) {
     }
   }
   if (fs::exists(out, ec)) c.record.set("chakra", "chakra/regress.json");
-  if (ok) s.detail = "regression suite passed";
+  if (!ok) {
+    // the tool's own one-line reason (e.g. a missing corpus) says more than an exit status
+    std::string text;
+    files::read_if_exists(c.dir + "/" + s.log, text);
+    size_t at = text.rfind("\nFAIL: ");
+    if (at != std::string::npos) s.detail = text.substr(at + 7, text.find('\n', at + 1) - at - 7) + " (" + s.detail + ")";
+    return;
+  }
+  // An exit status of 0 is not enough: a step that converted nothing did no work, and the report
+  // must not call that a pass.
+  std::string why;
+  try {
+    std::vector<ChakraOutcome> traces;
+    if (fs::exists(out, ec)) traces = read_chakra_json(out, c.cell.name);
+    why = chakra_no_work_reason(traces);
+  } catch (const std::exception& e) {
+    why = std::string("unreadable record: ") + e.what();
+  }
+  if (!why.empty()) {
+    s.status = "fail";
+    s.detail = why;
+    return;
+  }
+  s.detail = "regression suite passed";
 }
 
 json::Value steps_json(const std::vector<StepRecord>& steps) {
@@ -431,6 +454,13 @@ json::Value cells_json(const Plan& plan) {
 }
 
 }  // namespace
+
+std::string chakra_no_work_reason(const std::vector<ChakraOutcome>& traces) {
+  for (const auto& t : traces)
+    if (t.status == "pass") return "";
+  if (traces.empty()) return "converted zero traces: `opforge chakra regress` reported no trace";
+  return "converted zero traces: none of the " + std::to_string(traces.size()) + " reported passed";
+}
 
 void request_stop() { g_stop = true; }
 

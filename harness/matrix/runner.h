@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "matrix/gate_input.h"
 #include "matrix/load_plan.h"
 
 namespace opf::matrix {
@@ -33,5 +34,9 @@ RunSummary run_matrix(const PlanSource& ps, const RunOptions& opt);
 
 // Asks running steps to stop (what SIGINT does).
 void request_stop();
+
+// Why the Chakra step's per-trace outcomes (read_chakra_json, as the report and the gate read them)
+// show no trace converted, or "" when at least one passed: the step fails then, even on exit 0.
+std::string chakra_no_work_reason(const std::vector<ChakraOutcome>& traces);
 
 }  // namespace opf::matrix

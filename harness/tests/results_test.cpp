@@ -13,6 +13,7 @@
 #include "matrix/merge.h"
 #include "matrix/report.h"
 #include "matrix/run_layout.h"
+#include "matrix/runner.h"
 #include "matrix/test_results.h"
 #include "opforge/error.h"
 #include "synthetic.h"
@@ -234,6 +235,22 @@ TEST(Report, SelfContainedHtmlWithEverySection) {
   write_report(t.path + "/run");
   EXPECT_TRUE(files::exists(t.path + "/run/report.html"));
   EXPECT_THROW(render_report(t.path + "/nothing"), Error);
+}
+
+// The Chakra step fails, with its reason, when `opforge chakra regress` exits 0 having converted
+// nothing: no record, no trace lines, or only skipped traces (what a build without its corpus
+// used to report as a pass).
+TEST(ChakraStep, ZeroTracesConvertedIsAFailureWithItsReason) {
+  auto doc = [](const std::vector<std::string>& statuses) {
+    std::vector<ChakraOutcome> v;
+    for (const auto& s : statuses) v.push_back({"cell", "t", s, "", 0});
+    return v;
+  };
+  EXPECT_NE(chakra_no_work_reason(doc({})).find("converted zero traces"), std::string::npos);
+  EXPECT_NE(chakra_no_work_reason(doc({})).find("reported no trace"), std::string::npos);
+  EXPECT_NE(chakra_no_work_reason(doc({"skip", "skip", "skip"})).find("none of the 3"), std::string::npos);
+  EXPECT_EQ(chakra_no_work_reason(doc({"skip", "pass"})), "");
+  EXPECT_EQ(chakra_no_work_reason(doc({"pass"})), "");
 }
 
 TEST(Merge, BundlesBecomeOneRun) {

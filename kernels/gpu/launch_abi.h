@@ -3,7 +3,7 @@
  *
  * Why one convention: the host launcher is generic. It knows no op; it launches kernels by name
  * with a grid computed from a plan that the module itself carries, so adding an op needs no host
- * code (DESIGN.md principle 1) and tuning constants stay inside the kernel text (principle 6).
+ * code (docs/design.md, principle 1) and tuning constants stay inside the kernel text (principle 6).
  *
  * Kernels. Every kernel takes exactly one argument, `opf_gpu_args` by value:
  *     extern "C" __global__ void <op>_<entry>_<dtype>(opf_gpu_args a);      stage 0

@@ -10,7 +10,7 @@
 
 namespace opf::chakra::test {
 
-// ../shared/traces next to the source tree, or "" when absent (tests then GTEST_SKIP).
+// The trace corpus in the repository (chakra/tests/data/traces); a test fails when it is missing.
 std::string traces_dir();
 
 // A fresh empty directory under the build's temp space, removed by the caller if wanted.

@@ -1,4 +1,4 @@
-// Exclusive-time rules (specs §4.2): the linear algorithm against a literal O(n^2)
+// Exclusive-time rules (docs/chakra.md §4.2): the linear algorithm against a literal O(n^2)
 // transcription of the reference's rule, plus hand cases for the tie quirk, touching and
 // partially overlapping intervals, Python int/float result kinds and the negative case.
 #include <gtest/gtest.h>

@@ -86,7 +86,6 @@ class ExternalIdPairs : public ::testing::TestWithParam<Pair> {};
 
 TEST_P(ExternalIdPairs, LinkThroughExternalId) {
   const std::string dir = test::traces_dir();
-  if (dir.empty()) GTEST_SKIP() << "../shared/traces not present";
   const Pair c = GetParam();
   auto scratch = test::scratch_dir(c.name);
   LinkOptions o;
@@ -119,15 +118,14 @@ INSTANTIATE_TEST_SUITE_P(
         // several iterations in Kineto, one in the ET: the earliest iteration whose names agree
         Pair{"linear", "facebookresearch-param/linear_et.json.gz", "facebookresearch-param/linear_kineto.json.gz", "",
              850, 150},
-        Pair{"dlrm", "facebookresearch-param/dlrm_eg_0.json",
-             "facebookresearch-param/dlrm_worker0_step_12.1694128201545.pt.trace.json", "host tid 1: +1", 1250, 150},
+        Pair{"dlrm", "facebookresearch-param/dlrm_eg_0.json.gz",
+             "facebookresearch-param/dlrm_worker0_step_12.1694128201545.pt.trace.json.gz", "host tid 1: +1", 1250, 150},
         Pair{"simple_add", "facebookresearch-hta/benchmark_simple_add_et.json.gz",
              "facebookresearch-hta/benchmark_simple_add_trace.json.gz", "host tid 1: +0", 36, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(LinkPaths, RelativePathsWork) {
   const std::string dir = test::traces_dir();
-  if (dir.empty()) GTEST_SKIP() << "../shared/traces not present";
   auto scratch = test::scratch_dir("relative");
   auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir);

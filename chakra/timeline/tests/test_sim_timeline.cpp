@@ -67,7 +67,7 @@ TEST(SimTimeline, HostTrace102Converted) {
   TempDir td;
   ConvertOptions o;
   o.warn = [](const std::string&) {};
-  convert(std::string(OPF_CHAKRA_TEST_DATA) + "/host_et_1.0.2-chakra.0.0.4.json.gz", td.file("h.0.et"), o);
+  convert(std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", td.file("h.0.et"), o);
   auto ev = check_timeline({td.file("h.0.et")}, td.file("t.json"));
   std::set<int64_t> tids;
   for (const auto& e : ev) tids.insert(e.tid);

@@ -12,7 +12,7 @@
 // No atomics anywhere: results are bitwise reproducible run to run.
 #include "gpu/gpu_compat.cuh"
 
-// Tuning (DESIGN.md principle 6): the manifest's `tune` table arrives as -DOPF_TUNE_<NAME>; the
+// Tuning (docs/design.md, principle 6): the manifest's `tune` table arrives as -DOPF_TUNE_<NAME>; the
 // JIT may override these. Defaults match kernels/manifest.toml.
 #ifndef OPF_TUNE_BLOCK
 #define OPF_TUNE_BLOCK 256
