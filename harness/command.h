@@ -24,6 +24,7 @@ void add_chakra_timeline_command(CLI::App& chakra);   // timeline
 void add_matrix_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_gate_command(CLI::App& app);
+void add_ab_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add_bench_command(app);
   add_matrix_command(app);
   add_gate_command(app);
+  add_ab_command(app);
   add_report_command(app);
   add_merge_command(app);
   add_run_command(app);

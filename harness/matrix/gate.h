@@ -5,6 +5,14 @@
 //              -> regression (exit 1)
 //   FASTER     significantly faster than baseline x (1 - threshold)
 //   AMBIGUOUS  beyond the threshold but not significant (too noisy or too few repetitions)
+// Drift: a baseline comes from another day, and the machine moves between runs (the bandwidth
+// probe itself moved 12 % between two runs here). Every run carries controls whose code a change
+// does not touch: the probe (`probe/stream_triad/threads:N`) and the peers (`peer/...`). A verdict
+// beyond the threshold is re-decided on samples normalized by the controls of the same cell and
+// thread count: memory-bound benchmarks (baseline >= 50 % of the probe's bandwidth) by the probe's
+// median ratio, the others by the median ratio of the peers (at least 3); the verdict stays SLOWER
+// (or FASTER) only when the normalized samples say so too, else it is the normalized verdict, and
+// the report says which normalization decided. Controls themselves never fail the gate.
 // Instruction counts (callgrind) are deterministic: beyond their own threshold is a regression.
 // A test that passed in the baseline and fails now, and a Chakra trace whose regression status
 // or golden digest changed, are regressions too. Exit: 0 none, 1 confirmed regression.
@@ -44,6 +52,9 @@ struct BenchVerdict {
   size_t n_base = 0, n_cur = 0;
   double base_median_ns = 0, cur_median_ns = 0;
   std::string note;
+  bool control = false;           // probe or peer: reported, never a regression
+  std::string decided_by = "raw";  // raw, probe, peers
+  double drift = 1;               // the controls' median ratio used to normalize (1 = none)
 };
 
 struct SimpleChange {

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <vector>
 
+#include "ab_serve.h"
 #include "opforge/threads.h"
 
 namespace opf::suites {
@@ -98,6 +100,26 @@ double probe_bandwidth(int threads) {
   std::fprintf(stderr, "opforge bench: bandwidth probe (%d threads) filtered out; measured triad now: %.2f GB/s\n", threads,
                g_mean[threads] / 1e9);
   return g_mean[threads];
+}
+
+namespace {
+std::map<int, std::unique_ptr<Arrays>> g_staged;  // --ab-serve: one set per thread count
+}  // namespace
+
+void prepare_probe(int threads) {
+  auto& a = g_staged[threads];
+  if (!a) {
+    a = std::make_unique<Arrays>(threads);
+    a->triad();
+  }
+}
+
+double time_probe(int threads, double seconds, int64_t& calls) {
+  prepare_probe(threads);
+  double spent = 0;
+  std::vector<double> each;
+  for (calls = 0; calls == 0 || spent < seconds; ++calls) spent += each.emplace_back(timed_triad(*g_staged[threads]));
+  return median_ns(each);
 }
 
 }  // namespace opf::suites

@@ -5,6 +5,7 @@
 // Bytes counted the STREAM way: 3 x 8 per element (write-allocate traffic not counted).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace opf::suites {
@@ -18,5 +19,10 @@ std::string probe_name(int threads);
 // was filtered out, measures it now (about a quarter of a second) so bw_frac always has a
 // denominator.
 double probe_bandwidth(int threads);
+
+// --ab-serve (ab_serve.h): the triad staged once per thread count, then timed in blocks of at
+// least `seconds`; mean ns per pass.
+void prepare_probe(int threads);
+double time_probe(int threads, double seconds, int64_t& calls);
 
 }  // namespace opf::suites

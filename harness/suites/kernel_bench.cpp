@@ -8,13 +8,17 @@
 // Real time throughout (GPU kernels, threaded peers), hence the "/real_time" name suffix in JSON.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <regex>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ab_serve.h"
 #include "bandwidth_probe.h"
 #include "bench_table.h"
 #include "case_data.h"
@@ -163,8 +167,14 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
   if (p.module && p.module->isa) st.SetLabel(p.module->isa);
 }
 
+// Every registered case by name, in registration order, for --ab-serve.
+std::vector<std::string> g_case_order;
+std::map<std::string, BenchCase> g_cases;
+
 void add(BenchCase bc) {
   const std::string name = bc.name;
+  g_case_order.push_back(name);
+  g_cases.emplace(name, bc);
   benchmark::RegisterBenchmark(name.c_str(), [bc = std::move(bc)](benchmark::State& st) { bench_case(st, bc); })
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
@@ -254,15 +264,103 @@ void register_cases() {
   not_run.print();
 }
 
+// --ab-serve: the same staging and call as bench_case, timed in blocks the driver asks for. A
+// block answers with the median call: a call the scheduler preempted does not move it.
+// OPFORGE_AB_SLOWDOWN="<regex>=<fraction>" (calibration of `opforge ab` only: a known slowdown
+// without patching a kernel) spins that fraction of each measured call after it, inside the timing.
+struct Slowdown {
+  std::regex match;
+  double fraction = 0;
+};
+const Slowdown* slowdown() {
+  static const std::unique_ptr<Slowdown> s = []() -> std::unique_ptr<Slowdown> {
+    const char* env = std::getenv("OPFORGE_AB_SLOWDOWN");
+    if (!env || !*env) return nullptr;
+    const std::string v = env;
+    const size_t eq = v.rfind('=');
+    char* end = nullptr;
+    const double f = eq == std::string::npos ? 0 : std::strtod(v.c_str() + eq + 1, &end);
+    if (eq == std::string::npos || !(f > 0 && f < 10) || *end)
+      throw Error("OPFORGE_AB_SLOWDOWN: expected '<regex>=<fraction in (0, 10)>', got '" + v + "'");
+    return std::make_unique<Slowdown>(Slowdown{std::regex(v.substr(0, eq)), f});
+  }();
+  return s.get();
+}
+
+double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
+  using clock = std::chrono::steady_clock;
+  Prepared& p = prepare(bc);
+  if (!p.error.empty()) throw Error(p.error);
+  const bool restore = p.staged && p.staged->has_inouts();
+  const Slowdown* slow = slowdown();
+  const double spin = slow && std::regex_search(bc.name, slow->match) ? slow->fraction : 0;
+  double timed = 0;
+  std::vector<double> each;
+  for (calls = 0; calls == 0 || timed < seconds; ++calls) {
+    if (restore) {
+      p.staged->restore_inouts();
+      evict_caches();
+    }
+    const auto t0 = clock::now();
+    if (p.peer) {
+      p.peer->run();
+    } else {
+      p.staged->run(p.module);
+      p.staged->synchronize();
+    }
+    auto t1 = clock::now();
+    if (spin > 0)
+      for (const auto until = t1 + (t1 - t0) * spin; (t1 = clock::now()) < until;) {
+      }
+    each.push_back(std::chrono::duration<double>(t1 - t0).count());
+    timed += each.back();
+  }
+  return median_ns(each);
+}
+
+int serve(const std::vector<int>& thread_counts) {
+  ServeTarget t;
+  t.list = [&] {
+    std::vector<std::string> names;
+    for (int n : thread_counts) names.push_back(probe_name(n));
+    names.insert(names.end(), g_case_order.begin(), g_case_order.end());
+    return names;
+  };
+  auto probe_threads = [&](const std::string& name) {
+    for (int n : thread_counts)
+      if (name == probe_name(n)) return n;
+    return 0;
+  };
+  auto find = [](const std::string& name) -> const BenchCase& {
+    auto it = g_cases.find(name);
+    if (it == g_cases.end()) throw Error("no benchmark '" + name + "' in this build");
+    return it->second;
+  };
+  t.prepare = [&](const std::string& name) -> std::string {
+    if (int n = probe_threads(name)) return prepare_probe(n), "";
+    return prepare(find(name)).error;
+  };
+  t.time = [&](const std::string& name, double seconds, int64_t& calls) {
+    if (int n = probe_threads(name)) return time_probe(n, seconds, calls);
+    return time_block(find(name), seconds, calls);
+  };
+  return serve_ab(stdin, stdout, t);
+}
+
 }  // namespace
 }  // namespace opf::suites
 
 int main(int argc, char** argv) {
   using namespace opf::suites;
   // The summary table rides on the console reporter; --benchmark_format=json|csv keeps stdout pure.
-  bool console = true;
-  for (int i = 1; i < argc; ++i)
+  bool console = true, ab_serve = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
     if (std::string_view a = argv[i]; a.rfind("--benchmark_format=", 0) == 0) console = a.substr(19) == "console";
+    if (std::string_view(argv[i]) == "--ab-serve") ab_serve = true;  // ours, not google-benchmark's
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -273,6 +371,7 @@ int main(int argc, char** argv) {
     g_check_seed = base_seed_from_env();
     for (int threads : thread_counts()) register_bandwidth_probe(threads);
     register_cases();
+    if (ab_serve) return serve(thread_counts());
   } catch (const opf::Error& e) {
     std::fprintf(stderr, "opforge bench: %s\n", e.what());
     return 2;

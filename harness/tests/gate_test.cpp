@@ -203,3 +203,61 @@ TEST(Gate, MarkdownNamesTheRegression) {
 
 }  // namespace
 }  // namespace opf::matrix
+
+namespace opf::matrix {
+namespace {
+
+// One cell at 2 threads: the probe, three peers and two of our kernels (one memory-bound, one not).
+GateInput drifted(uint64_t seed, double machine, double ours_mem, double ours_compute) {
+  auto s = [&](uint64_t k, double mean) { return opf::testing::normal_samples(seed * 100 + k, 10, mean, mean * 0.01); };
+  GateInput in;
+  in.bench.push_back({"prebuilt", "probe/stream_triad/threads:2/real_time", s(1, 10e6 * machine), 40e9});
+  in.bench.push_back({"prebuilt", "peer/onednn/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(2, 5e6 * machine), 20e9});
+  in.bench.push_back({"prebuilt", "peer/unfused/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(3, 9e6 * machine), 11e9});
+  in.bench.push_back({"prebuilt", "peer/torch/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(4, 6e6 * machine), 17e9});
+  in.bench.push_back({"prebuilt", "layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", s(5, 4e6 * machine * ours_mem), 32e9});
+  in.bench.push_back({"prebuilt", "softmax_xentropy/cpu/f32/forward/4096x32000/threads:2/real_time", s(6, 8e6 * machine * ours_compute), 8e9});
+  return in;
+}
+
+const BenchVerdict& verdict_of(const GateReport& r, const std::string& prefix) {
+  for (const auto& b : r.bench)
+    if (b.key.rfind("prebuilt/" + prefix, 0) == 0) return b;
+  throw std::runtime_error("no " + prefix);
+}
+
+// The machine 12 % slower (probe and peers alike), our code unchanged: raw SLOWER everywhere,
+// normalized SAME, and nothing fails (the false alarms, reproduced on synthetic data).
+TEST(GateDrift, MachineDriftExplainedByTheControlsDoesNotFail) {
+  auto r = run_gate(drifted(1, 1.0, 1, 1), drifted(2, 1.12, 1, 1), GateConfig{});
+  EXPECT_EQ(r.exit_code(), 0);
+  const auto& mem = verdict_of(r, "layer_norm/cpu");
+  EXPECT_EQ(mem.verdict, "SAME") << mem.note;
+  EXPECT_EQ(mem.decided_by, "probe");
+  EXPECT_NEAR(mem.drift, 1.12, 0.02);
+  const auto& compute = verdict_of(r, "softmax_xentropy/cpu");
+  EXPECT_EQ(compute.verdict, "SAME") << compute.note;
+  EXPECT_EQ(compute.decided_by, "peers");
+  // the controls themselves are reported SLOWER, never as regressions
+  EXPECT_EQ(verdict_of(r, "probe/").verdict, "SLOWER");
+  EXPECT_TRUE(verdict_of(r, "probe/").control);
+}
+
+// A real 35 % regression of one kernel on top of the same drift still fails, and only that one.
+TEST(GateDrift, RegressionBeyondTheDriftStillFails) {
+  auto r = run_gate(drifted(3, 1.0, 1, 1), drifted(4, 1.12, 1.35, 1), GateConfig{});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.regressions(), 1);
+  EXPECT_EQ(verdict_of(r, "layer_norm/cpu").verdict, "SLOWER");
+  EXPECT_EQ(verdict_of(r, "softmax_xentropy/cpu").verdict, "SAME");
+}
+
+// No drift, a 20 % regression: the controls did not move, the raw verdict stands.
+TEST(GateDrift, NoDriftKeepsTheRawVerdict) {
+  auto r = run_gate(drifted(5, 1.0, 1, 1), drifted(6, 1.0, 1, 1.2), GateConfig{});
+  EXPECT_EQ(verdict_of(r, "softmax_xentropy/cpu").verdict, "SLOWER");
+  EXPECT_EQ(r.regressions(), 1);
+}
+
+}  // namespace
+}  // namespace opf::matrix

@@ -1,0 +1,484 @@
+#include "matrix/ab.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "matrix/callgrind.h"
+#include "matrix/files.h"
+#include "matrix/json.h"
+#include "matrix/machine.h"
+#include "matrix/paired_verdict.h"
+#include "matrix/process.h"
+#include "matrix/serve_client.h"
+#include "opforge/build_info.h"
+#include "opforge/error.h"
+#include "opforge/threads.h"
+
+namespace opf::matrix {
+namespace {
+namespace fs = std::filesystem;
+
+struct Side {
+  std::string name;  // base | head
+  std::string arg, kind, source, build, sha;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// A build dir is used as it is (brought up to date by ninja); a source dir is built under out;
+// anything else must name a commit of the repository, exported with `git archive` (the user's
+// checkout and its worktree list are never touched).
+void resolve(Side& s, const AbOptions& o) {
+  std::error_code ec;
+  if (fs::is_directory(s.arg, ec) && fs::exists(fs::path(s.arg) / "build.ninja", ec)) {
+    s.kind = "build";
+    s.build = fs::absolute(s.arg).lexically_normal().string();
+    return;
+  }
+  if (fs::is_directory(s.arg, ec) && fs::exists(fs::path(s.arg) / "meson.build", ec)) {
+    s.kind = "source";
+    s.source = fs::absolute(s.arg).lexically_normal().string();
+  } else {
+    const std::string repo = o.repo.empty() ? build::source_root() : o.repo;
+    std::string sha;
+    if (!proc::capture({"git", "-C", repo, "rev-parse", "--verify", "--quiet", s.arg + "^{commit}"}, sha, "", 60) || trim(sha).empty())
+      throw Error("--" + s.name + " '" + s.arg + "': neither a directory with meson.build or build.ninja nor a commit of " + repo);
+    s.kind = "revision";
+    s.sha = trim(sha);
+    s.source = o.out + "/src-" + s.sha.substr(0, 12);
+    if (!fs::exists(s.source + "/.opforge-ab-exported", ec)) {
+      const std::string tmp = s.source + ".tmp";
+      fs::remove_all(tmp, ec);
+      files::make_dirs(tmp);
+      const std::string tar = tmp + ".tar";
+      auto r = proc::run({{"git", "-C", repo, "archive", "--format=tar", "-o", tar, s.sha}, "", {}, o.out + "/" + s.name + "-export.log", 300});
+      if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": git archive failed (" + r.describe() + ", see " + o.out + "/" + s.name + "-export.log)");
+      r = proc::run({{"tar", "-xf", tar, "-C", tmp}, "", {}, o.out + "/" + s.name + "-export.log", 300});
+      fs::remove(tar, ec);
+      if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": extracting the export failed (" + r.describe() + ")");
+      files::write_atomic(tmp + "/.opforge-ab-exported", s.sha + "\n");
+      fs::remove_all(s.source, ec);
+      fs::rename(tmp, s.source, ec);
+      if (ec) throw Error(s.source + ": " + ec.message());
+    }
+  }
+  s.build = o.out + "/build-" + s.name;
+}
+
+// Ops of a tree: meson_options.txt features with a kernels/ops/<name>/ folder.
+std::set<std::string> tree_ops(const std::string& source) {
+  std::set<std::string> ops;
+  std::ifstream f(source + "/meson_options.txt");
+  const std::regex opt(R"(^option\('([a-z0-9_]+)',\s*type:\s*'feature')");
+  std::error_code ec;
+  for (std::string line; std::getline(f, line);)
+    if (std::smatch m; std::regex_search(line, m, opt) && fs::is_directory(source + "/kernels/ops/" + m[1].str(), ec))
+      ops.insert(m[1].str());
+  return ops;
+}
+
+std::vector<std::string> setup_args(const Side& s, const AbOptions& o) {
+  std::vector<std::string> a{"-Dmode=prebuilt", "-Dbench=enabled", "-Dtests=disabled", "-Dchakra=disabled",
+                             "-Dcuda=disabled", "-Dhip=disabled", std::string("-Dpeers_torch=") + (o.peers ? "auto" : "disabled")};
+  if (!o.ops.empty())
+    for (const std::string& op : tree_ops(s.source))
+      a.push_back("-D" + op + "=" + (std::count(o.ops.begin(), o.ops.end(), op) ? "enabled" : "disabled"));
+  for (const std::string& m : o.meson_options) a.push_back("-D" + m);
+  return a;
+}
+
+void build(Side& s, const AbOptions& o) {
+  const std::string log = o.out + "/" + s.name + "-build.log";
+  std::error_code ec;
+  if (s.kind != "build") {
+    std::vector<std::string> args = setup_args(s, o);
+    std::string want = s.source + "\n";
+    for (const auto& a : args) want += a + "\n";
+    std::string have;
+    files::read_if_exists(s.build + ".setup", have);
+    if (have != want || !fs::exists(s.build + "/build.ninja", ec)) {
+      fs::remove_all(s.build, ec);  // ab's own directory, configured for another tree or options
+      std::vector<std::string> argv{"meson", "setup", s.build, s.source};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::fprintf(stderr, "opforge ab: %s: configuring %s\n", s.name.c_str(), s.build.c_str());
+      auto r = proc::run({argv, "", {}, log, 1800});
+      if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": meson setup failed (" + r.describe() + ", see " + log + ")");
+      files::write_atomic(s.build + ".setup", want);
+    }
+  }
+  if (!(o.no_build && s.kind == "build")) {
+    std::fprintf(stderr, "opforge ab: %s: building %s\n", s.name.c_str(), s.build.c_str());
+    auto r = proc::run({{"ninja", "-C", s.build}, "", {}, log, 7200});
+    if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": build failed (" + r.describe() + ", see " + log + ")");
+  }
+  if (!fs::exists(s.build + "/harness/suites/opforge-kernel-bench", ec))
+    throw Error("--" + s.name + " " + s.arg + ": " + s.build + " has no harness/suites/opforge-kernel-bench (benchmarks disabled there)");
+}
+
+enum class Role { gated, control };
+
+struct Bench {
+  std::string name, note, verdict;
+  Role role = Role::gated;
+  std::vector<double> base_ns, head_ns, ratios;
+  PairedVerdict v;
+  std::vector<std::string> per_run;
+};
+
+bool is_selected(const std::string& name, const AbOptions& o, const std::regex* filter, Role& role) {
+  if (name.rfind("probe/", 0) == 0) return role = Role::control, true;
+  const bool peer = name.rfind("peer/", 0) == 0;
+  if (peer && !o.peers) return false;
+  std::string op = name.substr(0, name.find('/'));
+  if (peer) {  // peer/<lib>/<op>/...
+    const size_t a = name.find('/', 5);
+    op = a == std::string::npos ? "" : name.substr(a + 1, name.find('/', a + 1) - a - 1);
+  }
+  if (!o.ops.empty() && !std::count(o.ops.begin(), o.ops.end(), op)) return false;
+  if (filter && !std::regex_search(name, *filter)) return false;
+  role = peer ? Role::control : Role::gated;
+  return true;
+}
+
+double parse_ns(const std::string& reply, const std::string& side, const std::string& name) {
+  double ns = 0;
+  long long calls = 0;
+  if (std::sscanf(reply.c_str(), "ns %lf %lld", &ns, &calls) != 2 || !(ns > 0))
+    throw Error(side + ": " + name + ": " + (reply.rfind("error ", 0) == 0 ? reply.substr(6) : "unexpected reply '" + reply + "'"));
+  return ns;
+}
+
+json::Value side_json(const Side& s) {
+  json::Value v;
+  v.set("arg", s.arg);
+  v.set("kind", s.kind);
+  if (!s.source.empty()) v.set("source", s.source);
+  v.set("build", s.build);
+  if (!s.sha.empty()) v.set("sha", s.sha);
+  else if (!s.source.empty()) v.set("git", git_state(s.source));
+  json::Value env;
+  for (const auto& [k, val] : s.env) env.set(k, val);
+  if (!s.env.empty()) v.set("env", env);
+  return v;
+}
+
+// Instruction counts of one build: opforge-kernel-instr under callgrind (as the matrix runner's
+// callgrind step). Returns the counts by case, or sets `skip` with the reason none can be taken.
+std::map<std::string, double> instructions(const Side& s, const AbOptions& o, std::string& skip) {
+  const std::string driver = s.build + "/harness/suites/opforge-kernel-instr";
+  std::map<std::string, double> out;
+  std::string version;
+  if (!files::exists(driver)) return skip = "no opforge-kernel-instr in " + s.build, out;
+  if (!proc::capture({"valgrind", "--version"}, version, "", 30)) return skip = "valgrind not found", out;
+  const std::string tmp = o.out + "/callgrind-" + s.name;
+  const std::string log = o.out + "/" + s.name + "-callgrind.log";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  files::make_dirs(tmp);
+  constexpr int kCalls = 10;
+  auto r = proc::run({{"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out", driver,
+                       "--calls=" + std::to_string(kCalls)},
+                      s.build, s.env, log, 3600});
+  if (!r.ok()) {
+    std::string text;
+    files::read_if_exists(log, text);
+    fs::remove_all(tmp, ec);
+    if (text.find("Illegal opcode at address") != std::string::npos)
+      return skip = "valgrind cannot run this machine's code (illegal opcode under valgrind, see " + log + "): no instruction counts here", out;
+    throw Error(s.name + ": callgrind run failed (" + r.describe() + ", see " + log + ")");
+  }
+  const json::Value doc = callgrind_json(read_callgrind_dir(tmp), kCalls);
+  fs::remove_all(tmp, ec);
+  for (const auto& b : doc.get("benchmarks").as_array()) out[b.str("name")] = b.num("instructions");
+  return out;
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a, b, c);
+  return buf;
+}
+
+}  // namespace
+
+int run_ab(const AbOptions& o_in) {
+  AbOptions o = o_in;
+  if (o.base.empty() || o.head.empty()) throw Error("--base and --head are required");
+  if (o.out.empty()) throw Error("--out DIR is required");
+  if (o.rounds < 2 || o.rounds > 1000) throw Error("--rounds must be in [2, 1000]");
+  if (o.repeat < 1 || o.repeat > 1000) throw Error("--repeat must be in [1, 1000]");
+  if (!(o.block_seconds > 0 && o.block_seconds <= 10)) throw Error("--block-seconds must be in (0, 10]");
+  if (!(o.threshold > 0 && o.threshold < 1) || !(o.alpha > 0 && o.alpha < 1)) throw Error("--threshold and --alpha must be fractions in (0, 1)");
+  std::unique_ptr<std::regex> filter;
+  if (!o.filter.empty()) {
+    try {
+      filter = std::make_unique<std::regex>(o.filter);
+    } catch (const std::regex_error& e) {
+      throw Error("--filter '" + o.filter + "': not a regular expression (" + e.what() + ")");
+    }
+  }
+  o.out = fs::absolute(o.out).lexically_normal().string();
+  files::make_dirs(o.out);
+  if (files::exists(o.out + "/ab.json") && !o.force) throw Error(o.out + "/ab.json exists; not overwriting it (pass --force, or another --out)");
+
+  Side base, head;
+  base.name = "base", base.arg = o.base, base.env = o.base_env;
+  head.name = "head", head.arg = o.head, head.env = o.head_env;
+  for (Side* s : {&base, &head}) resolve(*s, o);
+  if (!o.ops.empty()) {
+    std::set<std::string> known;
+    for (Side* s : {&base, &head})
+      if (!s->source.empty()) known.merge(tree_ops(s->source));
+    for (const std::string& op : o.ops)
+      if (!known.empty() && !known.count(op)) throw Error("--op " + op + ": no such op in either tree");
+  }
+  for (Side* s : {&base, &head}) build(*s, o);
+
+  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env, o.out + "/base-serve.log");
+  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env, o.out + "/head-serve.log");
+  const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
+  const std::set<std::string> in_base(base_names.begin(), base_names.end()), in_head(head_names.begin(), head_names.end());
+
+  std::vector<Bench> benches;
+  std::vector<std::string> only_head, only_base;
+  for (const std::string& n : head_names) {
+    Role role;
+    if (!is_selected(n, o, filter.get(), role)) continue;
+    if (!in_base.count(n)) {
+      only_head.push_back(n);
+      continue;
+    }
+    Bench x;
+    x.name = n;
+    x.role = role;
+    benches.push_back(x);
+  }
+  for (const std::string& n : base_names) {
+    Role role;
+    if (is_selected(n, o, filter.get(), role) && !in_head.count(n)) only_base.push_back(n);
+  }
+  const size_t gated = std::count_if(benches.begin(), benches.end(), [](const Bench& x) { return x.role == Role::gated; });
+  if (gated == 0)
+    throw Error("no benchmark of both builds matches" + std::string(o.ops.empty() ? "" : " the --op list") + (o.filter.empty() ? "" : " and --filter") +
+                " (nothing to compare)");
+
+  const int total_rounds = o.rounds * o.repeat;
+  const double time_timeout = o.block_seconds * 100 + 300;
+  size_t done = 0;
+  for (Bench& x : benches) {
+    ++done;
+    b.send("prepare " + x.name);
+    h.send("prepare " + x.name);
+    const std::string rb = b.receive(1800), rh = h.receive(1800);
+    if (rb != "ok" || rh != "ok") {
+      const std::string why_b = rb == "ok" ? "" : rb.substr(rb.find(' ') + 1), why_h = rh == "ok" ? "" : rh.substr(rh.find(' ') + 1);
+      x.verdict = why_h.empty() ? "NEW" : why_b.empty() ? "FAILED" : "SKIPPED";
+      x.note = why_h.empty() ? "base cannot run it: " + why_b : why_b.empty() ? "head cannot run it: " + why_h : why_h;
+      if (x.role == Role::control && x.verdict == "FAILED") x.verdict = "SKIPPED";
+      std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(), x.note.c_str());
+      continue;
+    }
+    const std::string block = " " + fmt("%g", o.block_seconds);
+    parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);  // warm-up, both
+    parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+    for (int r = 0; r < total_rounds; ++r) {
+      double tb, th;
+      if (r % 2 == 0) {
+        tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
+        th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+      } else {
+        th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+        tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
+      }
+      x.base_ns.push_back(tb);
+      x.head_ns.push_back(th);
+      x.ratios.push_back(th / tb);
+    }
+    x.v = paired_verdict(x.ratios, o.threshold, o.alpha);
+    x.verdict = x.v.verdict;
+    if (o.repeat > 1)
+      for (int k = 0; k < o.repeat; ++k)
+        x.per_run.push_back(paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
+                                           o.threshold, o.alpha).verdict);
+    if (x.role == Role::control) x.note = "control: the same code in both builds";
+    std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]\n", done, benches.size(), x.name.c_str(),
+                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi);
+  }
+
+  // instruction counts: exact, both builds
+  json::Value instr;
+  int instr_regressions = 0;
+  if (!o.instructions) {
+    instr.set("status", "skip");
+    instr.set("reason", "not asked for (--no-instructions)");
+  } else {
+    std::string skip;
+    const auto ib = instructions(base, o, skip);
+    const auto ih = skip.empty() ? instructions(head, o, skip) : std::map<std::string, double>{};
+    if (!skip.empty()) {
+      instr.set("status", "skip");
+      instr.set("reason", skip);
+    } else {
+      instr.set("status", "pass");
+      json::Value& list = instr.set("counts", json::Value(json::Array{}));
+      for (const auto& [name, n] : ih) {
+        Role role;
+        if (!is_selected(name, o, filter.get(), role)) continue;
+        json::Value c;
+        c.set("name", name);
+        c.set("head", n);
+        auto it = ib.find(name);
+        if (it == ib.end()) {
+          c.set("verdict", "NEW");
+        } else {
+          const double ratio = n / it->second;
+          c.set("base", it->second);
+          c.set("ratio", ratio);
+          const bool worse = ratio > 1 + o.instr_threshold;
+          instr_regressions += worse;
+          c.set("verdict", worse ? "REGRESSION" : ratio < 1 - o.instr_threshold ? "FEWER" : "SAME");
+        }
+        list.push(c);
+      }
+    }
+  }
+
+  // report
+  int regressions = instr_regressions;
+  std::map<std::string, int> count;
+  for (const Bench& x : benches)
+    if (x.role == Role::gated) {
+      count[x.verdict]++;
+      regressions += x.verdict == "SLOWER" || x.verdict == "FAILED";
+    }
+  json::Value doc;
+  doc.set("schema", "opforge.ab/1");
+  doc.set("base", side_json(base));
+  doc.set("head", side_json(head));
+  doc.set("machine", machine_facts());
+  json::Value settings;
+  settings.set("rounds", o.rounds);
+  settings.set("repeat", o.repeat);
+  settings.set("block_seconds", o.block_seconds);
+  settings.set("threshold", o.threshold);
+  settings.set("alpha", o.alpha);
+  settings.set("instr_threshold", o.instr_threshold);
+  settings.set("threads", default_num_threads());
+  json::Value ops_v = json::Value(json::Array{});
+  for (const auto& op : o.ops) ops_v.push(op);
+  settings.set("ops", ops_v);
+  settings.set("filter", o.filter);
+  settings.set("peers", o.peers);
+  doc.set("settings", settings);
+  json::Value& list = doc.set("benchmarks", json::Value(json::Array{}));
+  for (const Bench& x : benches) {
+    json::Value j;
+    j.set("name", x.name);
+    j.set("role", x.role == Role::gated ? "gated" : "control");
+    j.set("verdict", x.verdict);
+    if (!x.ratios.empty()) {
+      j.set("median_ratio", x.v.median);
+      j.set("interval", json::Value(json::Array{x.v.lo, x.v.hi}));
+      j.set("coverage", x.v.coverage);
+      j.set("rounds", int64_t(x.ratios.size()));
+      j.set("base_median_ns", median_of(x.base_ns));
+      j.set("head_median_ns", median_of(x.head_ns));
+      json::Value r = json::Value(json::Array{});
+      for (double v : x.ratios) r.push(v);
+      j.set("ratios", r);
+      if (!x.per_run.empty()) {
+        json::Value p = json::Value(json::Array{});
+        for (const auto& s : x.per_run) p.push(s);
+        j.set("per_run", p);
+      }
+    }
+    if (!x.note.empty()) j.set("note", x.note);
+    list.push(j);
+  }
+  json::Value nb = json::Value(json::Array{}), na = json::Value(json::Array{});
+  for (const auto& n : only_head) nb.push(n);
+  for (const auto& n : only_base) na.push(n);
+  doc.set("only_in_head", nb);
+  doc.set("only_in_base", na);
+  doc.set("instructions", instr);
+  int runs_with_slower = 0;
+  if (o.repeat > 1) {
+    json::Value& runs = doc.set("runs", json::Value(json::Array{}));
+    for (int k = 0; k < o.repeat; ++k) {
+      std::map<std::string, int> c;
+      json::Value slower = json::Value(json::Array{});
+      for (const Bench& x : benches)
+        if (x.role == Role::gated && !x.per_run.empty()) {
+          c[x.per_run[k]]++;
+          if (x.per_run[k] == "SLOWER") slower.push(x.name);
+        }
+      json::Value r;
+      for (const char* v : {"SAME", "SLOWER", "FASTER", "AMBIGUOUS"}) r.set(v, c[v]);
+      r.set("slower", slower);
+      runs_with_slower += c["SLOWER"] > 0;
+      runs.push(r);
+    }
+    doc.set("runs_with_slower", runs_with_slower);
+  }
+  doc.set("regressions", regressions);
+  doc.set("exit_code", regressions ? 1 : 0);
+
+  std::string md = "# opforge ab\n\nbase `" + o.base + "` (" + base.kind + (base.sha.empty() ? "" : " " + base.sha.substr(0, 12)) +
+                   ") vs head `" + o.head + "` (" + head.kind + (head.sha.empty() ? "" : " " + head.sha.substr(0, 12)) + "), " +
+                   std::to_string(o.rounds) + " rounds" + (o.repeat > 1 ? " x " + std::to_string(o.repeat) + " runs" : "") + ", blocks of " +
+                   fmt("%g", o.block_seconds) + " s, " + std::to_string(default_num_threads()) + " threads max, threshold " +
+                   fmt("%g", o.threshold * 100) + " %, interval >= " + fmt("%g", (1 - o.alpha) * 100) + " %.\n\n";
+  std::string counts;
+  for (const auto& [k, n] : count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  md += "**" + std::string(regressions ? "FAIL" : "PASS") + "**: " + std::to_string(regressions) + " regression(s); " +
+        std::to_string(gated) + " benchmarks compared (" + counts + ").";
+  if (o.repeat > 1) md += " Runs with a SLOWER verdict: " + std::to_string(runs_with_slower) + " of " + std::to_string(o.repeat) + ".";
+  md += "\n\nRatio = head time / base time per round (the two builds timed back to back, order alternating); the median and "
+        "its order-statistic interval decide. Controls run the same code in both builds: a control away from 1 means the "
+        "pairing itself is biased.\n\n| benchmark | verdict | median ratio | interval | base median | head median | note |\n"
+        "|---|---|---:|---|---:|---:|---|\n";
+  for (const char* want : {"FAILED", "SLOWER", "AMBIGUOUS", "FASTER", "NEW", "SKIPPED", "SAME"})
+    for (const Bench& x : benches)
+      if (x.verdict == want) {
+        const std::string v = x.role == Role::control ? "control " + x.verdict : x.verdict;
+        md += "| `" + x.name + "` | " + v + " | " +
+              (x.ratios.empty() ? "| | | | " : fmt("%.3f | [%.3f, %.3f] | ", x.v.median, x.v.lo, x.v.hi) +
+                                                   fmt("%.4g ms | %.4g ms | ", median_of(x.base_ns) / 1e6, median_of(x.head_ns) / 1e6)) +
+              x.note + " |\n";
+      }
+  if (!only_head.empty() || !only_base.empty())
+    md += "\nOnly in head: " + std::to_string(only_head.size()) + "; only in base: " + std::to_string(only_base.size()) + " (not compared).\n";
+  md += "\n## Instruction counts (callgrind)\n\n";
+  if (instr.str("status") == "skip") {
+    md += "skipped: " + instr.str("reason") + "\n";
+  } else {
+    md += "| case | verdict | base | head | change |\n|---|---|---:|---:|---:|\n";
+    for (const auto& c : instr.get("counts").as_array())
+      md += "| `" + c.str("name") + "` | " + c.str("verdict") + " | " + fmt("%.0f", c.num("base")) + " | " + fmt("%.0f", c.num("head")) + " | " +
+            fmt("%+.2f %%", (c.num("ratio", 1) - 1) * 100) + " |\n";
+  }
+  files::write_atomic(o.out + "/ab.json", json::dump(doc));
+  files::write_atomic(o.out + "/ab.md", md);
+  std::fputs(md.c_str(), stdout);
+  return regressions ? 1 : 0;
+}
+
+}  // namespace opf::matrix

@@ -1,0 +1,139 @@
+// `opforge ab` as a subprocess on this build (OPFORGE_EXE, OPFORGE_BUILD_ROOT set by meson test),
+// both sides the same build directory (--no-build): an A/A run records its paired ratios per
+// round, centred on 1; the same build with a known 2x slowdown injected into the head's
+// rms_norm calls (OPFORGE_AB_SLOWDOWN) is SLOWER and exits 1 while the untouched probe stays a
+// control; bad input exits 2 with one line and writes no ab.json.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "matrix/json.h"
+
+namespace opf::matrix {
+namespace {
+namespace fs = std::filesystem;
+using json::Value;
+using json::parse_file;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/opf-ab-cli-test-XXXXXX";
+    path = mkdtemp(t);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+struct Result {
+  int code = -1;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+Result ab(const std::string& dir, const std::vector<std::string>& args, const std::string& env = "") {
+  std::string cmd = env + " " + std::getenv("OPFORGE_EXE") + " ab";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " > " + dir + "/stdout 2> " + dir + "/stderr";
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/stderr")};
+}
+
+#define NEED_BUILD()                                                                                 \
+  if (!std::getenv("OPFORGE_EXE") || !std::getenv("OPFORGE_BUILD_ROOT"))                            \
+    GTEST_SKIP() << "OPFORGE_EXE / OPFORGE_BUILD_ROOT not set (run through meson test)";             \
+  const std::string build = std::getenv("OPFORGE_BUILD_ROOT")
+
+// One rms_norm benchmark (small, 1 thread) and the probes, no instruction counts: seconds.
+std::vector<std::string> quick(const std::string& build, const std::string& out, int rounds) {
+  return {"--base", build, "--head", build, "--no-build", "--op", "rms_norm", "--filter", "f32/forward/16384x1024/threads:1$",
+          "--rounds", std::to_string(rounds), "--block-seconds", "0.05", "--no-instructions", "--out", out};
+}
+
+const Value* find_bench(const Value& doc, const std::string& prefix) {
+  for (const auto& b : doc.get("benchmarks").as_array())
+    if (b.str("name").rfind(prefix, 0) == 0) return &b;
+  return nullptr;
+}
+
+TEST(AbCli, SameBuildAgainstItself) {
+  NEED_BUILD();
+  TempDir t;
+  const Result r = ab(t.path, quick(build, t.path + "/aa", 6));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Value doc = parse_file(t.path + "/aa/ab.json");
+  EXPECT_EQ(doc.str("schema"), "opforge.ab/1");
+  const Value* b = find_bench(doc, "rms_norm/cpu/f32/forward/16384x1024/threads:1");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->str("role"), "gated");
+  EXPECT_EQ(b->get("ratios").as_array().size(), 6u);
+  for (const auto& x : b->get("ratios").as_array()) EXPECT_GT(x.as_double(), 0);
+  // the same binary on both sides: no systematic bias from the pairing (first/second, warm/cold);
+  // whether noise alone ever reads as SLOWER is what tools/ab_rates.sh measures, over many runs
+  EXPECT_GT(b->num("median_ratio"), 0.7);
+  EXPECT_LT(b->num("median_ratio"), 1.4);
+  const Value* probe = find_bench(doc, "probe/stream_triad/threads:1");
+  ASSERT_TRUE(probe);
+  EXPECT_EQ(probe->str("role"), "control");
+  EXPECT_EQ(doc.get("instructions").str("status"), "skip");
+  EXPECT_TRUE(fs::exists(t.path + "/aa/ab.md"));
+}
+
+TEST(AbCli, InjectedSlowdownIsSlowerAndFails) {
+  NEED_BUILD();
+  TempDir t;
+  const Result r = ab(t.path, quick(build, t.path + "/ab", 8), "OPFORGE_AB_SLOWDOWN_UNUSED=1");
+  ASSERT_EQ(r.code, 0) << r.err;  // the variable only acts through --head-env
+  std::vector<std::string> args = quick(build, t.path + "/ab2", 8);
+  args.insert(args.end(), {"--head-env", "OPFORGE_AB_SLOWDOWN=^rms_norm/=1.0"});
+  const Result s = ab(t.path, args);
+  ASSERT_EQ(s.code, 1) << s.err;
+  const Value doc = parse_file(t.path + "/ab2/ab.json");
+  const Value* b = find_bench(doc, "rms_norm/cpu/f32/forward/16384x1024/threads:1");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->str("verdict"), "SLOWER");
+  EXPECT_GT(b->num("median_ratio"), 1.6);
+  EXPECT_LT(b->num("median_ratio"), 2.6);
+  EXPECT_EQ(doc.num("regressions"), 1);
+  EXPECT_NE(find_bench(doc, "probe/stream_triad/threads:1")->str("verdict"), "SLOWER");
+}
+
+TEST(AbCli, BadInputExits2WithOneLineAndNoResults) {
+  NEED_BUILD();
+  TempDir t;
+  auto expect_bad = [&](std::vector<std::string> args, const std::string& needle) {
+    const Result r = ab(t.path, args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  };
+  auto args = quick(build, t.path + "/bad", 6);
+  args[1] = "no-such-revision-xyz";
+  expect_bad(args, "--base 'no-such-revision-xyz'");
+  EXPECT_FALSE(fs::exists(t.path + "/bad/ab.json"));
+  args = quick(build, t.path + "/bad", 6);
+  args[8] = "f32/(forward";
+  expect_bad(args, "--filter");
+  args = quick(build, t.path + "/bad", 6);
+  args[6] = "no_such_op";
+  expect_bad(args, "no benchmark of both builds");
+  args = quick(build, t.path + "/bad", 1);
+  expect_bad(args, "--rounds");
+  EXPECT_FALSE(fs::exists(t.path + "/bad/ab.json"));
+  // an existing ab.json is never replaced without --force
+  fs::create_directories(t.path + "/keep");
+  std::ofstream(t.path + "/keep/ab.json") << "mine";
+  expect_bad(quick(build, t.path + "/keep", 6), "not overwriting");
+  EXPECT_EQ(slurp(t.path + "/keep/ab.json"), "mine");
+}
+
+}  // namespace
+}  // namespace opf::matrix
