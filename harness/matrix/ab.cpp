@@ -125,8 +125,20 @@ void build(Side& s, const AbOptions& o) {
     }
   }
   if (!(o.no_build && s.kind == "build")) {
-    std::fprintf(stderr, "opforge ab: %s: building %s\n", s.name.c_str(), s.build.c_str());
-    auto r = proc::run({{"ninja", "-C", s.build}, "", {}, log, 7200});
+    // Only what ab runs: the benchmark and instruction drivers and the op modules they load
+    // (a whole build would compile the CLI, the tests and Chakra for nothing).
+    std::string targets;
+    if (!proc::capture({"ninja", "-C", s.build, "-t", "targets", "all"}, targets, "", 120))
+      throw Error("--" + s.name + " " + s.arg + ": cannot list the build's targets (ninja -t targets in " + s.build + ")");
+    std::vector<std::string> argv{"ninja", "-C", s.build, "harness/suites/opforge-kernel-bench"};
+    std::istringstream lines(targets);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string t = line.substr(0, line.find(':'));
+      if (t == "harness/suites/opforge-kernel-instr" || (t.rfind("kernels/opf_", 0) == 0 && t.size() > 3 && t.compare(t.size() - 3, 3, ".so") == 0))
+        argv.push_back(t);
+    }
+    std::fprintf(stderr, "opforge ab: %s: building %s (%zu targets)\n", s.name.c_str(), s.build.c_str(), argv.size() - 3);
+    auto r = proc::run({argv, "", {}, log, 7200});
     if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": build failed (" + r.describe() + ", see " + log + ")");
   }
   if (!fs::exists(s.build + "/harness/suites/opforge-kernel-bench", ec))
@@ -193,19 +205,17 @@ std::map<std::string, double> instructions(const Side& s, const AbOptions& o, st
   std::error_code ec;
   fs::remove_all(tmp, ec);
   files::make_dirs(tmp);
-  constexpr int kCalls = 10;
   auto r = proc::run({{"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out", driver,
-                       "--calls=" + std::to_string(kCalls)},
+                       "--calls=" + std::to_string(kCallgrindCalls)},
                       s.build, s.env, log, 3600});
   if (!r.ok()) {
     std::string text;
     files::read_if_exists(log, text);
     fs::remove_all(tmp, ec);
-    if (text.find("Illegal opcode at address") != std::string::npos)
-      return skip = "valgrind cannot run this machine's code (illegal opcode under valgrind, see " + log + "): no instruction counts here", out;
+    if (std::string why = valgrind_cannot_run_reason(text); !why.empty()) return skip = why, out;
     throw Error(s.name + ": callgrind run failed (" + r.describe() + ", see " + log + ")");
   }
-  const json::Value doc = callgrind_json(read_callgrind_dir(tmp), kCalls);
+  const json::Value doc = callgrind_json(read_callgrind_dir(tmp), kCallgrindCalls);
   fs::remove_all(tmp, ec);
   for (const auto& b : doc.get("benchmarks").as_array()) out[b.str("name")] = b.num("instructions");
   return out;

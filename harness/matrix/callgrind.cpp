@@ -97,4 +97,13 @@ std::vector<CallgrindDump> read_callgrind_dir(const std::string& dir) {
   return dumps;
 }
 
+std::string valgrind_cannot_run_reason(const std::string& log) {
+  const size_t at = log.find("Illegal opcode at address");
+  if (at == std::string::npos) return "";
+  std::string where;
+  const size_t fn = log.find(": ", log.find("at 0x", at));
+  if (fn != std::string::npos) where = " in " + log.substr(fn + 2, log.find('\n', fn) - fn - 2);
+  return "valgrind cannot run this machine's code (illegal opcode under valgrind" + where + "): no instruction counts here";
+}
+
 }  // namespace opf::matrix

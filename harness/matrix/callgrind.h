@@ -23,6 +23,15 @@ CallgrindDump parse_callgrind_out(const std::string& text, const std::string& or
 // a case appears twice.
 json::Value callgrind_json(const std::vector<CallgrindDump>& dumps, int calls);
 
+// valgrind stops with "Illegal opcode" where its CPU emulation lacks an instruction this
+// machine's libraries use (e.g. libhwy's timer init under valgrind 3.19 on AMD Zen 5 hosts): no
+// count can be taken on this machine, which is not a kernel failure. The skip reason from
+// valgrind's log then, else "".
+std::string valgrind_cannot_run_reason(const std::string& log);
+
+// Instructions per kernel call are taken over this many calls per case (kernel_instr.cpp --calls).
+constexpr int kCallgrindCalls = 10;
+
 // Every callgrind.out* file in `dir`, parsed.
 std::vector<CallgrindDump> read_callgrind_dir(const std::string& dir);
 

@@ -243,8 +243,6 @@ void step_bench(CellRun& c) {
 
 // Instruction counts: opforge-kernel-instr (built with the benchmarks) under callgrind, one
 // profile dump per cpu kernel case, counted around the kernel calls only; see kernel_instr.cpp.
-constexpr int kCallgrindCalls = 10;
-
 void step_callgrind(CellRun& c) {
   if (!c.callgrind) return c.skip("callgrind", "instruction counts not asked for");
   if (c.blocked) return c.skip("callgrind", "build failed");
@@ -261,19 +259,12 @@ void step_callgrind(CellRun& c) {
                    {"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out",
                     driver, "--calls=" + std::to_string(kCallgrindCalls)},
                    {{"OPFORGE_CACHE_DIR", c.build + "/jit-cache"}}, c.build, c.timeout("callgrind"));
-  if (!ok && s.status == "crash") {
-    // valgrind stops with "Illegal opcode" where its CPU emulation lacks an instruction this
-    // machine's libraries use (e.g. libhwy's timer init under valgrind 3.19 on AMD Zen 5 hosts):
-    // no count can be taken on this machine, which is not a kernel failure. Say so, as a skip.
+  if (!ok && s.status == "crash") {  // not a kernel failure where valgrind cannot run here: a skip
     std::string log;
     files::read_if_exists(c.dir + "/" + s.log, log);
-    const size_t at = log.find("Illegal opcode at address");
-    if (at != std::string::npos) {
-      std::string where;
-      const size_t fn = log.find(": ", log.find("at 0x", at));
-      if (fn != std::string::npos) where = " in " + log.substr(fn + 2, log.find('\n', fn) - fn - 2);
+    if (std::string why = valgrind_cannot_run_reason(log); !why.empty()) {
       s.status = "skip";
-      s.detail = "valgrind cannot run this machine's code (illegal opcode under valgrind" + where + "): no instruction counts here";
+      s.detail = why;
     }
   }
   if (ok) {

@@ -97,5 +97,20 @@ TEST(CallgrindJson, DirectoryToGateInput) {
   fs::remove_all(dir);
 }
 
+// valgrind's own wording when its emulation lacks an instruction: a skip with the function named;
+// any other valgrind failure is not explained away.
+TEST(Callgrind, IllegalOpcodeUnderValgrindIsAReasonToSkip) {
+  const std::string log =
+      "==123== valgrind: Unrecognised instruction at address 0x4a1b2c3.\n"
+      "vex amd64->IR: unhandled instruction bytes: 0x62 0xF2\n"
+      "==123== Process terminating with default action of signal 4 (SIGILL)\n"
+      "==123==  Illegal opcode at address 0x4A1B2C3\n"
+      "==123==    at 0x4A1B2C3: hwy::platform::TimerResolution() (in /usr/lib/x86_64-linux-gnu/libhwy.so.1.0.3)\n";
+  const std::string why = valgrind_cannot_run_reason(log);
+  EXPECT_NE(why.find("illegal opcode"), std::string::npos) << why;
+  EXPECT_NE(why.find("hwy::platform::TimerResolution()"), std::string::npos) << why;
+  EXPECT_EQ(valgrind_cannot_run_reason("==1== Process terminating with default action of signal 11 (SIGSEGV)\n"), "");
+}
+
 }  // namespace
 }  // namespace opf::matrix

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CI's timing gate: `opforge ab` of this commit against its base, for the ops the change touched.
+# Base: AB_BASE, else the merge base with origin/main, else (on main itself) the previous commit.
+# Ops: every kernels/ops/<op>/ folder with a changed kernel file (not test.cpp, peer_*.cpp, docs);
+# a change to the shared kernel code (kernels/cpu, kernels/include, kernels/core) compares every op
+# on its f32 single-thread benchmarks (CI time). A change that touches no kernel code is skipped,
+# with its reason. Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
+# Usage: tools/ci/ab_changed.sh OUT_DIR [more `opforge ab` arguments]
+set -euo pipefail
+out=${1:?usage: tools/ci/ab_changed.sh OUT_DIR [opforge ab args]}
+shift
+cd "$(dirname "$0")/../.."
+opforge=${OPFORGE:-build/harness/opforge}
+
+base=${AB_BASE:-}
+if [[ -z $base ]]; then
+  base=$(git merge-base HEAD origin/main 2>/dev/null || true)
+  if [[ -z $base || $base == "$(git rev-parse HEAD)" ]]; then
+    if ! base=$(git rev-parse --verify --quiet HEAD~1); then
+      echo "ab: skipped: no base commit to compare with (a single-commit or shallow clone)"
+      exit 0
+    fi
+  fi
+fi
+
+mapfile -t changed < <(git diff --name-only "$base" HEAD --)
+ops=() shared=()
+for f in "${changed[@]}"; do
+  case $f in
+    kernels/ops/*/test.cpp | kernels/ops/*/peer_*.cpp | kernels/ops/*/*.md) ;;
+    kernels/ops/*/*) op=${f#kernels/ops/}; op=${op%%/*}
+                     [[ -d kernels/ops/$op && " ${ops[*]} " != *" $op "* ]] && ops+=("$op") ;;
+    kernels/cpu/* | kernels/include/* | kernels/core/*) shared+=("$f") ;;
+  esac
+done
+
+args=()
+if [[ ${#shared[@]} -gt 0 ]]; then
+  echo "ab: shared kernel code changed (${shared[*]:0:3}${shared[3]:+ ...}): every op, f32 at 1 thread"
+  args+=(--filter '/f32/.*/threads:1(/|$)')
+elif [[ ${#ops[@]} -gt 0 ]]; then
+  for op in "${ops[@]}"; do args+=(--op "$op"); done
+  echo "ab: ops touched since ${base:0:12}: ${ops[*]}"
+else
+  echo "ab: skipped: ${base:0:12}..HEAD touches no kernel code (${#changed[@]} file(s) changed)"
+  exit 0
+fi
+rm -rf "$out"
+exec "$opforge" ab --base "$base" --head . "${args[@]}" --out "$out" "$@"
