@@ -70,6 +70,7 @@ inline int64_t forward_rows_per_task(int64_t rows, int64_t cols, size_t elem) {
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "cpu/simd-inl.h"
+#include "cpu/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace opf::focal_loss_cpu::HWY_NAMESPACE {
@@ -77,6 +78,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
+
+// exp(t) for t <= 0: the modules' fast exp (cpu/exp-inl.h; on AVX-512 it needs whole vectors),
+// Highway's for the one-lane tails there. Both give 0 far below exp's range.
+template <class D>
+HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> t) {
+  if constexpr (!kFastFlags || hn::MaxLanes(D()) * sizeof(float) == 64) return ExpFast(d, t);
+  else return hn::Exp(d, t);
+}
 
 struct Consts {
   float alpha, gamma, tn, kn;  // tn = s/2 (a negative's target), kn = 1 - s/2
@@ -88,7 +97,7 @@ template <int kGamma, class D>
 HWY_INLINE hn::Vec<D> Element(D d, hn::Vec<D> x, hn::Mask<D> pos, const Consts& k, hn::Vec<D>& term) {
   const auto zero = hn::Zero(d), one = hn::Set(d, 1.0f);
   const auto z = hn::IfThenElse(pos, hn::Neg(x), x);
-  const auto e = hn::Exp(d, hn::Neg(hn::Abs(x)));
+  const auto e = ExpNonPositive(d, hn::Neg(hn::Abs(x)));  // (a non-finite x: masked below)
   const auto l = hn::Log1p(d, e);
   const auto a = hn::Add(hn::Max(z, zero), l);          // softplus(z)
   const auto b = hn::Add(hn::Max(hn::Neg(z), zero), l);  // softplus(-z) = -log u
@@ -102,7 +111,7 @@ HWY_INLINE hn::Vec<D> Element(D d, hn::Vec<D> x, hn::Mask<D> pos, const Consts& 
   hn::Vec<D> w = hn::IfThenElse(pos, hn::Set(d, k.alpha), hn::Set(d, 1.0f - k.alpha));
   if constexpr (kGamma == 1) w = hn::Mul(w, u);
   else if constexpr (kGamma == 2) w = hn::Mul(w, hn::Mul(u, u));
-  else if constexpr (kGamma < 0) w = hn::Mul(w, hn::Exp(d, hn::Mul(hn::Set(d, -k.gamma), b)));
+  else if constexpr (kGamma < 0) w = hn::Mul(w, ExpNonPositive(d, hn::Mul(hn::Set(d, -k.gamma), b)));
   auto inner = hn::Sub(u, tn);
   if constexpr (kGamma != 0) inner = hn::MulAdd(hn::Mul(hn::Set(d, k.gamma), v), bce, inner);
   auto g = hn::Mul(w, inner);
