@@ -65,6 +65,12 @@ std::vector<ParamSet> param_sets(const OpInfo& op, uint64_t seed) {
     sets.push_back({describe_params(op, numbers), numbers});
   }
   for (const ParamInfo& p : op.params) {
+    for (double v : p.sweep) {  // values with their own code path (e.g. exact fast paths), each alone
+      if (v == p.def) continue;
+      Params one = defaults;
+      one.set(p.name, v);
+      sets.push_back({p.name + "=" + p.format(v), one});
+    }
     if (p.type != ParamType::boolean && p.type != ParamType::enumeration) continue;
     const size_t n = p.type == ParamType::boolean ? 2 : p.choices.size();
     for (size_t v = 0; v < n; ++v) {

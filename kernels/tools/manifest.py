@@ -16,7 +16,7 @@ FLOAT_DTYPES = {"f32", "f16", "bf16", "f64"}
 FIXED_DTYPES = FLOAT_DTYPES | {"u8", "i32", "i64"}
 ROLES = {"in", "out", "inout"}
 PARAM_TYPES = {"f64", "i64", "bool", "enum"}
-PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "doc"}
+PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc"}
 REQUIRED = ["summary", "entries", "dtypes", "backends", "cases"]
 NAME = r"[a-z][a-z0-9_]*"
 # "NAME: ROLE [list] DTYPE [SHAPE] [view]"
@@ -113,6 +113,14 @@ def check_params(path, text, name, where, params):
                 fail(path, at, f"op '{name}': param '{pname}': an unbounded range needs sample = [lo, hi] for the sweep")
             if s is not None and (not isinstance(s, list) or len(s) != 2 or not all(is_num(v) for v in s) or s[0] > s[1]):
                 fail(path, at, f"op '{name}': param '{pname}': sample must be [lo, hi] with lo <= hi")
+            w = p.get("sweep", [])
+            if not isinstance(w, list) or not all(is_num(v) and (t == "f64" or isinstance(v, int)) for v in w):
+                fail(path, at, f"op '{name}': param '{pname}': sweep must be a list of {'integers' if t == 'i64' else 'numbers'}")
+            for v in w:
+                if lo is not None and (v < lo or ("above" in p and v == lo)) or hi is not None and (v > hi or ("below" in p and v == hi)):
+                    fail(path, at, f"op '{name}': param '{pname}': sweep value {v} is outside its range")
+        if t in ("bool", "enum") and "sweep" in p:
+            fail(path, at, f"op '{name}': param '{pname}': sweep is for f64/i64 params (the sweep already runs every {t} value)")
 
 
 def validate(path, text, ops, options_file=None, ops_dir=None):
@@ -240,7 +248,8 @@ def c_param(pname, p):
     s_lo, s_hi = p.get("sample", [lo, hi])
     return (f"ParamInfo{{{c_str(pname)}, {ptype}, {c_double(d)}, {c_double(lo)}, {c_double(hi)}, "
             f"{'true' if lo_open else 'false'}, {'true' if hi_open else 'false'}, {c_double(s_lo)}, {c_double(s_hi)}, "
-            f"{c_list(p.get('choices', []))}, {c_str(p.get('doc', ''))}}}")
+            f"{c_list(p.get('choices', []))}, {c_str(p.get('doc', ''))}, "
+            f"{{{', '.join(c_double(v) for v in p.get('sweep', []))}}}}}")
 
 
 def cmd_header(path, out, specs):

@@ -32,6 +32,7 @@ struct ParamInfo {
   double sample_lo = 0, sample_hi = 0;      // where the sweep draws non-default numeric values
   std::vector<std::string> choices;         // enum
   std::string doc;
+  std::vector<double> sweep;                // f64/i64: values the sweep also runs, each alone (manifest `sweep`)
   // "" when v is a valid value of this param, else why not (one phrase).
   std::string check(double v) const;
   std::string format(double v) const;       // "1e-05", "7", "true", "sum"
