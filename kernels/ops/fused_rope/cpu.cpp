@@ -3,8 +3,8 @@
 // Two steps. First a table of cos and sin per (position, rotary column), in f32 but already
 // rounded to T (the contract's cast before the multiply): s x d2 sincosf calls shared by the b x h
 // rows of a position, instead of one per element. Then one pass over t: each row of d is read once
-// (widened into an L1 scratch row; strided views gathered), rotated there in f32 and written once
-// (streaming stores for outputs beyond the cache).
+// (dense rows straight from t, rows of a strided view gathered into f32 first), rotated in f32 into
+// an L1 scratch row and written once from there (streaming stores for outputs beyond the cache).
 // Tasks: table rows in blocks of 64 positions, t rows in blocks of ~256 KiB of traffic, both fixed
 // by the shape alone. Every element's value is one fixed f32 expression (no cross-lane work, and the
 // scalar tail repeats the vector formula), so the bits do not depend on thread count or target.
@@ -88,14 +88,15 @@ void TableRows(const Rope& a, float* cs, float* sn, int64_t p0, int64_t p1) {
 // One row: lo/hi halves of the rotary part rotated from buf into res (f32); the rest copied.
 // forward:  lo' = lo c_lo - hi s_lo,  hi' = hi c_hi + lo s_hi
 // backward: lo' = lo c_lo + hi s_hi,  hi' = hi c_hi - lo s_lo
-template <bool kBackward>
-HWY_INLINE void Rotate(const float* HWY_RESTRICT buf, const float* HWY_RESTRICT c, const float* HWY_RESTRICT s,
+// buf: the row itself (dense rows, storage Src) or its f32 gather (strided rows).
+template <bool kBackward, class Src>
+HWY_INLINE void Rotate(const Src* HWY_RESTRICT buf, const float* HWY_RESTRICT c, const float* HWY_RESTRICT s,
                        float* HWY_RESTRICT res, size_t d, size_t d2) {
   const DF df;
   const size_t N = hn::Lanes(df), H = d2 / 2;
   size_t i = 0;
   for (; i + N <= H; i += N) {
-    const auto lo = hn::LoadU(df, buf + i), hi = hn::LoadU(df, buf + H + i);
+    const auto lo = LoadWiden(df, buf + i), hi = LoadWiden(df, buf + H + i);
     const auto clo = hn::LoadU(df, c + i), chi = hn::LoadU(df, c + H + i);
     const auto slo = hn::LoadU(df, s + i), shi = hn::LoadU(df, s + H + i);
     if constexpr (kBackward) {
@@ -107,7 +108,7 @@ HWY_INLINE void Rotate(const float* HWY_RESTRICT buf, const float* HWY_RESTRICT 
     }
   }
   for (; i < H; ++i) {  // the same expressions, lane by lane: the same bits as a vector lane
-    const float lo = buf[i], hi = buf[H + i];
+    const float lo = to_f32(buf[i]), hi = to_f32(buf[H + i]);
     if constexpr (kBackward) {
       res[i] = lo * c[i] + hi * s[H + i];
       res[H + i] = hi * c[H + i] - lo * s[i];
@@ -116,7 +117,9 @@ HWY_INLINE void Rotate(const float* HWY_RESTRICT buf, const float* HWY_RESTRICT 
       res[H + i] = hi * c[H + i] + lo * s[H + i];
     }
   }
-  if (d > d2) std::memcpy(res + d2, buf + d2, (d - d2) * sizeof(float));
+  size_t j = d2;  // the pass-through columns, widened like the rest (rounding back is exact)
+  for (; j + N <= d; j += N) hn::StoreU(LoadWiden(df, buf + j), df, res + j);
+  for (; j < d; ++j) res[j] = to_f32(buf[j]);
 }
 
 // Rows [r0, r1) of the [A, B, C] row grid. A function of its own, not the lambda's body: captured
@@ -140,13 +143,11 @@ HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool str
     }
     const S* x = static_cast<const S*>(a.in) + ia * a.is[0] + ib * a.is[1] + ic * a.is[2];
     if (a.is[3] == 1) {
-      size_t j = 0;
-      for (; j + N <= d; j += N) hn::Store(LoadWiden(df, x + j), df, buf + j);
-      for (; j < d; ++j) buf[j] = to_f32(x[j]);
+      Rotate<kBackward>(x, cs + p * a.d2, sn + p * a.d2, res, d, d2);
     } else {
       for (size_t j = 0; j < d; ++j) buf[j] = to_f32(x[int64_t(j) * a.is[3]]);
+      Rotate<kBackward>(static_cast<const float*>(buf), cs + p * a.d2, sn + p * a.d2, res, d, d2);
     }
-    Rotate<kBackward>(buf, cs + p * a.d2, sn + p * a.d2, res, d, d2);
     S* y = static_cast<S*>(a.out) + ia * a.os[0] + ib * a.os[1] + ic * a.os[2];
     if (a.os[3] == 1) {
       WriteRow(
