@@ -186,6 +186,23 @@ TEST(FusedRopeViews, TransposedBshdInputAndOutputGiveTheDenseBits) {
     }
 }
 
+// out == t (same memory, same strides: PyTorch's in-place form) gives the out-of-place bits: each
+// row is read whole before it is written.
+TEST(FusedRopeViews, InPlaceGivesTheOutOfPlaceBits) {
+  const int64_t S = 6, B = 2, H = 3, D = 40, D2 = 32, n = S * B * H * D;
+  for (const char* entry : {"forward", "backward"}) {
+    const bool bwd = entry[0] == 'b';
+    Buf t = random_buf(DType::bf16, size_t(n), -1, 1, 21), f = random_buf(DType::f32, size_t(S * D2), -12, 12, 22);
+    Buf want(DType::bf16, size_t(n));
+    const Shape shape{S, B, H, D}, fshape{S, 1, 1, D2};
+    ASSERT_EQ(run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &want, shape}}),
+              "");
+    ASSERT_EQ(run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &t, shape}}),
+              "");
+    EXPECT_TRUE(same_bits(t, want)) << entry;
+  }
+}
+
 // ---------------------------------------------------------------- thd
 // Packed sequences (one empty, one of length 1, freqs longer than the longest): each sequence's
 // rows equal an sbhd call on that sequence alone (positions from 0), bit for bit, at any threads.
