@@ -1,11 +1,14 @@
 // fused_rope — CPU module (contract: ref.cpp). Highway SIMD: prebuilt modules dispatch on the
 // running CPU; the JIT builds only the host target.
-// Two steps. First a table of cos and sin per (position, rotary column), in f32 but already
-// rounded to T (the contract's cast before the multiply): s x d2 sincosf calls shared by the b x h
-// rows of a position, instead of one per element. Then one pass over t: each row of d is read once
+// cos and sin per (position, rotary column) in f32, already rounded to T (the contract's cast
+// before the multiply): s x d2 sincosf calls shared by the b x h rows of a position, instead of one
+// per element. sbhd computes them inside the pass over t, when a task reaches a position (the
+// compute overlaps the streaming; a separate table pass, ~5 ms of sincosf at s = 4096, d2 = 128,
+// was about a quarter of a 1-thread call); thd builds a table
+// first (sequences reuse positions). The pass over t: each row of d is read once
 // (dense rows straight from t, rows of a strided view gathered into f32 first), rotated in f32 into
 // an L1 scratch row and written once from there (streaming stores for outputs beyond the cache).
-// Tasks: table rows in blocks of 64 positions, t rows in blocks of ~256 KiB of traffic, both fixed
+// Tasks: thd table rows in blocks of 64 positions, t rows in blocks of ~256 KiB of traffic, both fixed
 // by the shape alone. Every element's value is one fixed f32 expression (no cross-lane work, and the
 // scalar tail repeats the vector formula), so the bits do not depend on thread count or target.
 // Arithmetic as written: no a*b+c -> fma contraction, so every target and the JIT round the same
@@ -68,19 +71,20 @@ using opf::cpu::to_f32;
 
 using DF = hn::ScalableTag<float>;
 
-// Table rows [p0, p1): cos at cs[p * d2 + i], sin at sn[p * d2 + i], as T values in f32.
+// cos and sin of position p's d2 columns, as T values in f32.
 template <class S>
-void TableRows(const Rope& a, float* cs, float* sn, int64_t p0, int64_t p1) {
+void TableRow(const Rope& a, int64_t p, float* HWY_RESTRICT cs, float* HWY_RESTRICT sn) {
   const int64_t d2 = a.d2;
-  for (int64_t k = p0 * d2; k < p1 * d2; ++k) {
+  for (int64_t i = 0; i < d2; ++i) {
+    const int64_t k = p * d2 + i;
     if (a.freqs) {
       float sv, cv;
       ::sincosf(a.freqs[k], &sv, &cv);
-      cs[k] = to_f32(from_f32<S>(cv));
-      sn[k] = to_f32(from_f32<S>(sv));
+      cs[i] = to_f32(from_f32<S>(cv));
+      sn[i] = to_f32(from_f32<S>(sv));
     } else {
-      cs[k] = to_f32(static_cast<const S*>(a.cos)[k]);
-      sn[k] = to_f32(static_cast<const S*>(a.sin)[k]);
+      cs[i] = to_f32(static_cast<const S*>(a.cos)[k]);
+      sn[i] = to_f32(static_cast<const S*>(a.sin)[k]);
     }
   }
 }
@@ -124,13 +128,19 @@ HWY_INLINE void Rotate(const Src* HWY_RESTRICT buf, const float* HWY_RESTRICT c,
 
 // Rows [r0, r1) of the [A, B, C] row grid. A function of its own, not the lambda's body: captured
 // values would be reloaded after every float store (a float store may alias them).
+// cs/sn: the whole table (thd), or null (sbhd): the rows of a position are consecutive, so each
+// task computes a position's cos/sin when it reaches it, while its loads stream in (a position cut
+// by a task boundary is computed twice, to the same bits).
 template <class S, bool kBackward>
 HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool stream, int64_t r0, int64_t r1) {
   const DF df;
   const size_t N = hn::Lanes(df), d = size_t(a.d), d2 = size_t(a.d2);
-  auto scratch = hwy::AllocateAligned<float>(2 * d + 2 * N);
+  auto scratch = hwy::AllocateAligned<float>(2 * d + 2 * d2 + 4 * N);
   float* buf = scratch.get();
   float* res = buf + d + N;
+  float* lc = res + d + N;  // sbhd: cos/sin of position `have`
+  float* ls = lc + d2 + N;
+  int64_t have = -1;
   const int64_t bc = a.B * a.C;
   int64_t k = 0;  // thd: the sequence of the current token (tokens only grow within a task)
   if (a.cu) k = int64_t(std::upper_bound(a.cu, a.cu + a.nseq + 1, int32_t(r0 / bc)) - a.cu) - 1;
@@ -141,12 +151,18 @@ HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool str
       while (a.cu[k + 1] <= ia) ++k;
       p = ia - a.cu[k];
     }
+    const float* c = cs ? cs + p * a.d2 : lc;
+    const float* sv = sn ? sn + p * a.d2 : ls;
+    if (!cs && p != have) {
+      TableRow<S>(a, p, lc, ls);
+      have = p;
+    }
     const S* x = static_cast<const S*>(a.in) + ia * a.is[0] + ib * a.is[1] + ic * a.is[2];
     if (a.is[3] == 1) {
-      Rotate<kBackward>(x, cs + p * a.d2, sn + p * a.d2, res, d, d2);
+      Rotate<kBackward>(x, c, sv, res, d, d2);
     } else {
       for (size_t j = 0; j < d; ++j) buf[j] = to_f32(x[int64_t(j) * a.is[3]]);
-      Rotate<kBackward>(static_cast<const float*>(buf), cs + p * a.d2, sn + p * a.d2, res, d, d2);
+      Rotate<kBackward>(static_cast<const float*>(buf), c, sv, res, d, d2);
     }
     S* y = static_cast<S*>(a.out) + ia * a.os[0] + ib * a.os[1] + ic * a.os[2];
     if (a.os[3] == 1) {
@@ -161,11 +177,14 @@ HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool str
 
 template <class S>
 void RopeT(const Rope& a) {
-  const int64_t P = a.positions, d2 = a.d2;
+  // thd: a table of the positions up to the longest sequence, shared by all sequences
+  const int64_t P = a.cu ? a.positions : 0, d2 = a.d2;
   auto table = hwy::AllocateAligned<float>(size_t(2 * P * d2 + 1));
-  float* cs = table.get();
-  float* sn = cs + P * d2;
-  opf::cpu::parallel_rows(a.host, P, 64, [&](int64_t p0, int64_t p1) { TableRows<S>(a, cs, sn, p0, p1); });
+  float* cs = a.cu ? table.get() : nullptr;
+  float* sn = a.cu ? cs + P * d2 : nullptr;
+  opf::cpu::parallel_rows(a.host, P, 64, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) TableRow<S>(a, p, cs + p * d2, sn + p * d2);
+  });
   const int64_t rows = a.A * a.B * a.C;
   const bool stream = a.os[3] == 1 && double(rows) * double(a.d) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(a.d) * sizeof(S));
