@@ -71,13 +71,20 @@ using opf::cpu::to_f32;
 
 using DF = hn::ScalableTag<float>;
 
-// cos and sin of position p's d2 columns, as T values in f32.
+// cos and sin of position p's d2 columns, as T values in f32. Models usually pass freqs as
+// cat(f, f) (both halves the same angles): a column whose angle has the same bits as its partner's
+// in the first half reuses that result, the same values for half the sincosf calls.
 template <class S>
 void TableRow(const Rope& a, int64_t p, float* HWY_RESTRICT cs, float* HWY_RESTRICT sn) {
-  const int64_t d2 = a.d2;
+  const int64_t d2 = a.d2, h = d2 / 2;
   for (int64_t i = 0; i < d2; ++i) {
     const int64_t k = p * d2 + i;
     if (a.freqs) {
+      if (i >= h && std::memcmp(&a.freqs[k], &a.freqs[k - h], sizeof(float)) == 0) {
+        cs[i] = cs[i - h];
+        sn[i] = sn[i - h];
+        continue;
+      }
       float sv, cv;
       ::sincosf(a.freqs[k], &sv, &cv);
       cs[i] = to_f32(from_f32<S>(cv));

@@ -315,6 +315,38 @@ TEST(FusedRopeValues, LargeAnglesMatchTheReference) {
   }
 }
 
+// freqs as models build them, cat(f, f) with f = position * inv_freq (the halves share angles),
+// in sbhd and thd: the reference at every element.
+TEST(FusedRopeValues, ModelStyleFreqsMatchTheReference) {
+  const int64_t S = 33, D = 48, D2 = 32, H = 2;
+  Buf freqs(DType::f32, size_t(S * D2));
+  for (int64_t p = 0; p < S; ++p)
+    for (int64_t i = 0; i < D2 / 2; ++i) {
+      const float f = float(p) * std::pow(10000.0f, -2.0f * float(i) / float(D2));
+      freqs.set(size_t(p * D2 + i), f);
+      freqs.set(size_t(p * D2 + D2 / 2 + i), f);
+    }
+  for (DType dt : {DType::f32, DType::f16})
+    for (const char* entry : {"forward", "backward"}) {
+      SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + entry);
+      const bool bwd = entry[0] == 'b';
+      Buf t = random_buf(dt, size_t(S * H * D), -1, 1, 23), out(dt, size_t(S * H * D));
+      ASSERT_EQ(run(entry, {{bwd ? "grad_out" : "t", &t, {S, 1, H, D}},
+                            {"freqs", &freqs, {S, 1, 1, D2}},
+                            {bwd ? "grad_t" : "out", &out, {S, 1, H, D}}}),
+                "");
+      expect_matches_reference(bwd, t, freqs, out, S, H, D, D2);
+      Buf cu(DType::i32, 2, 0.0f), packed(dt, size_t(S * H * D));
+      cu.set(1, double(S));
+      ASSERT_EQ(run(bwd ? "backward_thd" : "forward_thd", {{bwd ? "grad_out" : "t", &t, {S, H, D}},
+                                                           {"cu_seqlens", &cu, {2}},
+                                                           {"freqs", &freqs, {S, 1, 1, D2}},
+                                                           {bwd ? "grad_t" : "out", &packed, {S, H, D}}}),
+                "");
+      EXPECT_TRUE(same_bits(packed, out));
+    }
+}
+
 // backward is the transpose of forward: <y, F x> = <B y, x> (float64 sums of f32 results), and the
 // cached entries with cos/sin from freqs give the freqs entries' bits.
 TEST(FusedRopeValues, BackwardIsTheTransposeAndCachedMatchesFreqs) {
