@@ -46,8 +46,9 @@ struct Rope {
   void* out;
   int64_t os[4];
   const float* freqs;      // [positions.., d2] dense; null for the cached entries
-  const void* cos;         // cached: T [positions, d2] dense
+  const void* cos;         // cached: T (or f32: cos_f32) [positions, d2] dense
   const void* sin;
+  bool cos_f32;
   const int32_t* cu;       // thd: cu_seqlens [nseq + 1], validated; null for sbhd
   int64_t nseq;
   int64_t positions;       // table rows: s, or the longest thd sequence
@@ -89,6 +90,9 @@ void TableRow(const Rope& a, int64_t p, float* HWY_RESTRICT cs, float* HWY_RESTR
       ::sincosf(a.freqs[k], &sv, &cv);
       cs[i] = to_f32(from_f32<S>(cv));
       sn[i] = to_f32(from_f32<S>(sv));
+    } else if (a.cos_f32) {
+      cs[i] = static_cast<const float*>(a.cos)[k];
+      sn[i] = static_cast<const float*>(a.sin)[k];
     } else {
       cs[i] = to_f32(static_cast<const S*>(a.cos)[k]);
       sn[i] = to_f32(static_cast<const S*>(a.sin)[k]);
@@ -208,6 +212,8 @@ OPF_ROPE_ENTRY(RunForward, "forward")
 OPF_ROPE_ENTRY(RunBackward, "backward")
 OPF_ROPE_ENTRY(RunForwardCached, "forward_cached")
 OPF_ROPE_ENTRY(RunBackwardCached, "backward_cached")
+OPF_ROPE_ENTRY(RunForwardCachedF32, "forward_cached_f32")
+OPF_ROPE_ENTRY(RunBackwardCachedF32, "backward_cached_f32")
 OPF_ROPE_ENTRY(RunForwardThd, "forward_thd")
 OPF_ROPE_ENTRY(RunBackwardThd, "backward_thd")
 #undef OPF_ROPE_ENTRY
@@ -222,6 +228,8 @@ HWY_EXPORT(RunForward);
 HWY_EXPORT(RunBackward);
 HWY_EXPORT(RunForwardCached);
 HWY_EXPORT(RunBackwardCached);
+HWY_EXPORT(RunForwardCachedF32);
+HWY_EXPORT(RunBackwardCachedF32);
 HWY_EXPORT(RunForwardThd);
 HWY_EXPORT(RunBackwardThd);
 HWY_EXPORT(TargetName);
@@ -321,12 +329,13 @@ int64_t expect_cu_seqlens(const Args& args, int i, int64_t total, int64_t& nseq,
 
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
-  const bool backward = entry.starts_with("backward"), cached = entry.ends_with("_cached"),
-             thd = entry.ends_with("_thd");
+  const bool backward = entry.starts_with("backward"), cos_f32 = entry.ends_with("_cached_f32"),
+             cached = cos_f32 || entry.ends_with("_cached"), thd = entry.ends_with("_thd");
   if (!(entry == "forward" || entry == "backward" || entry == "forward_cached" || entry == "backward_cached" ||
-        entry == "forward_thd" || entry == "backward_thd"))
-    failf("unknown entry '%.40s' (fused_rope has forward, backward, forward_cached, backward_cached, forward_thd, "
-          "backward_thd)",
+        entry == "forward_cached_f32" || entry == "backward_cached_f32" || entry == "forward_thd" ||
+        entry == "backward_thd"))
+    failf("unknown entry '%.40s' (fused_rope has forward, backward, forward_cached, backward_cached, "
+          "forward_cached_f32, backward_cached_f32, forward_thd, backward_thd)",
           c->entry ? c->entry : "");
   const char* in_name = backward ? "grad_out" : "t";
   const char* out_name = backward ? "grad_t" : "out";
@@ -359,8 +368,10 @@ void call(const opf_call* c, bool execute) {
     for (int k = 0; k < 4; ++k) a.is[k] = t.strides[k];
     a.positions = t.shape[0];
     if (cached) {
-      a.d2 = expect_table(args, 1, "cos", t.dtype, a.A, d);
-      if (expect_table(args, 2, "sin", t.dtype, a.A, d) != a.d2)
+      const int32_t table_dtype = cos_f32 ? int32_t(OPF_F32) : t.dtype;
+      a.cos_f32 = cos_f32;
+      a.d2 = expect_table(args, 1, "cos", table_dtype, a.A, d);
+      if (expect_table(args, 2, "sin", table_dtype, a.A, d) != a.d2)
         failf("%s: argument 2 (sin) has %lld columns, expected %lld as cos", args.entry(),
               (long long)args.tensor(2, "sin").shape[3], (long long)a.d2);
       a.cos = args.tensor(1, "cos").data;
@@ -382,10 +393,12 @@ void call(const opf_call* c, bool execute) {
   if (!execute || numel(t) == 0) return;
   if (backward) {
     if (thd) HWY_DYNAMIC_DISPATCH(RunBackwardThd)(a);
+    else if (cos_f32) HWY_DYNAMIC_DISPATCH(RunBackwardCachedF32)(a);
     else if (cached) HWY_DYNAMIC_DISPATCH(RunBackwardCached)(a);
     else HWY_DYNAMIC_DISPATCH(RunBackward)(a);
   } else {
     if (thd) HWY_DYNAMIC_DISPATCH(RunForwardThd)(a);
+    else if (cos_f32) HWY_DYNAMIC_DISPATCH(RunForwardCachedF32)(a);
     else if (cached) HWY_DYNAMIC_DISPATCH(RunForwardCached)(a);
     else HWY_DYNAMIC_DISPATCH(RunForward)(a);
   }

@@ -220,7 +220,7 @@ float round_to(DType t, float v) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry.starts_with("backward")), cached_(c.entry.ends_with("_cached")),
+      : backward_(c.entry.starts_with("backward")), cached_(c.entry.find("_cached") != std::string_view::npos),
         threads_(std::max(1, c.threads)), host_(host_threads(threads_)), dtype_(c.dtype), s_(c.shape[0]),
         rows_(c.shape[0] * c.shape[1] * c.shape[2]), d_(c.shape[3]), d2_(c.shape[4]) {
     const size_t rd2 = size_t(rows_ * d2_), sd2 = size_t(s_ * d2_);
@@ -229,8 +229,8 @@ class Run final : public PeerRun {
     if (cached_) {  // eager's cached cos_/sin_ are just tensors: read as given
       const HostArg &cs = arg(drawn, "cos"), &sn = arg(drawn, "sin");
       for (size_t k = 0; k < sd2; ++k) {
-        cs_[k] = float(load_element(dtype_, cs.bytes.data(), int64_t(k)));
-        sn_[k] = float(load_element(dtype_, sn.bytes.data(), int64_t(k)));
+        cs_[k] = float(load_element(cs.desc->dtype, cs.bytes.data(), int64_t(k)));
+        sn_[k] = float(load_element(sn.desc->dtype, sn.bytes.data(), int64_t(k)));
       }
     } else {
       freqs_ = reinterpret_cast<const float*>(arg(drawn, "freqs").bytes.data());

@@ -16,6 +16,7 @@
 //     g_{i+H}   = dy_{i+H} c_{i+H} - dy_i s_i
 //     g_j       = dy_j                             (j >= d2)
 //   *_cached: cos and sin given in T ([s, 1, 1, d2]) instead of freqs; used as stored.
+//   *_cached_f32: the same with cos and sin in f32 (any T): used as given, not rounded to T.
 //   *_thd: t [total, h, d] packs b sequences; cu_seqlens (i32 [b + 1], 0 = cu_0 <= ... <= cu_b =
 //     total) bounds them and the position p restarts at 0 in each; freqs [s, 1, 1, d2] covers the
 //     longest sequence. Here the lengths are derived from (s, b): the first s, then 1 .. s.
@@ -40,7 +41,7 @@ namespace {
 int64_t seq_len(int64_t s, int64_t k) { return k == 0 ? s : 1 + (k * 7 + s / 3) % s; }
 
 bool is_thd(std::string_view entry) { return entry.ends_with("_thd"); }
-bool is_cached(std::string_view entry) { return entry.ends_with("_cached"); }
+bool is_cached(std::string_view entry) { return entry.find("_cached") != std::string_view::npos; }
 bool is_backward(std::string_view entry) { return entry.starts_with("backward"); }
 
 void describe(CaseDesc& c, const Shape& sh, const Params&) {
@@ -66,7 +67,7 @@ void describe(CaseDesc& c, const Shape& sh, const Params&) {
   if (is_cached(c.entry)) {
     c.set("cos", {s, 1, 1, d2}, values);
     c.set("sin", {s, 1, 1, d2}, values);
-    c.bytes = 2 * n * e + 2 * double(s * d2) * e;
+    c.bytes = 2 * n * e + 2 * double(s * d2) * double(dtype_size(c.arg("cos").dtype));
   } else {
     // angles of a few turns: rotations far from the identity, and sin/cos of either sign
     c.set("freqs", {s, 1, 1, d2}, {Fill::uniform, -12.0, 12.0});
