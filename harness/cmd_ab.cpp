@@ -23,7 +23,7 @@ void add_ab_command(CLI::App& app) {
   struct Args {
     matrix::AbOptions o;
     std::vector<std::string> base_env, head_env;
-    bool no_instructions = false;
+    bool no_instructions = false, no_restage = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("ab", "A/B two builds on this machine: benchmarks interleaved round by round, paired verdicts; "
@@ -41,6 +41,8 @@ void add_ab_command(CLI::App& app) {
   sub->add_option("--alpha", a->o.alpha, "1 - coverage of the median ratio's interval (default 0.05)");
   sub->add_option("--instr-threshold", a->o.instr_threshold, "Relative instruction-count change that fails (default 0.01)");
   sub->add_flag("--no-instructions", a->no_instructions, "Skip the callgrind instruction counts");
+  sub->add_flag("--no-restage", a->no_restage, "Keep each case's buffers for all rounds (default: new buffers every round, "
+                                               "so a process's page placement is noise, not a bias)");
   sub->add_option("--repo", a->o.repo, "Git repository revisions are read from (default: this opforge's source tree)");
   sub->add_option("-D", a->o.meson_options, "Extra Meson option for both builds (KEY=VALUE, repeatable)");
   sub->add_option("--base-env", a->base_env, "KEY=VALUE for the base build's benchmark process (repeatable)");
@@ -57,6 +59,7 @@ void add_ab_command(CLI::App& app) {
           to->push_back(p);
         }
       a->o.instructions = !a->no_instructions;
+      a->o.restage = !a->no_restage;
       return matrix::run_ab(a->o);
     } catch (const Error& e) {
       std::fprintf(stderr, "opforge ab: %s\n", e.what());

@@ -310,6 +310,12 @@ int run_ab(const AbOptions& o_in) {
     parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);  // warm-up, both
     parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
     for (int r = 0; r < total_rounds; ++r) {
+      if (o.restage) {  // both at once: staging is not timed
+        b.send("restage " + x.name);
+        h.send("restage " + x.name);
+        const std::string sb = b.receive(1800), sh = h.receive(1800);
+        if (sb != "ok" || sh != "ok") throw Error(x.name + ": staging again failed: " + (sb != "ok" ? "base: " + sb : "head: " + sh));
+      }
       double tb, th;
       if (r % 2 == 0) {
         tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
@@ -388,6 +394,7 @@ int run_ab(const AbOptions& o_in) {
   settings.set("rounds", o.rounds);
   settings.set("repeat", o.repeat);
   settings.set("block_seconds", o.block_seconds);
+  settings.set("restage", o.restage);
   settings.set("threshold", o.threshold);
   settings.set("alpha", o.alpha);
   settings.set("instr_threshold", o.instr_threshold);

@@ -24,6 +24,7 @@ struct AbOptions {
   int rounds = 10;
   int repeat = 1;                  // > 1: that many independent verdicts per benchmark (false-alarm studies)
   double block_seconds = 0.1;      // timed calls per block: at least this long
+  bool restage = true;             // both sides stage the case in new buffers before every round
   double threshold = 0.05, alpha = 0.05, instr_threshold = 0.01;
   bool instructions = true;
   bool force = false;              // replace an existing out/ab.json

@@ -52,6 +52,9 @@ int serve_ab(std::FILE* in, std::FILE* out, const ServeTarget& target) {
       } else if (verb == "prepare" && !rest.empty()) {
         const std::string why = target.prepare(rest);
         reply(out, why.empty() ? "ok" : "error " + one_line(why));
+      } else if (verb == "restage" && !rest.empty() && target.restage) {
+        const std::string why = target.restage(rest);
+        reply(out, why.empty() ? "ok" : "error " + one_line(why));
       } else if (verb == "time" && rest.rfind(' ') != std::string::npos) {
         const size_t at = rest.rfind(' ');
         char* end = nullptr;

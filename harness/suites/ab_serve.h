@@ -5,6 +5,7 @@
 // Line protocol on stdin/stdout (one request, one reply, flushed):
 //   list                 -> one case name per line, then "."
 //   prepare NAME         -> "ok" | "error <one line>"
+//   restage NAME         -> "ok" | "error <one line>"   (the prepared case in new buffers)
 //   time NAME SECONDS    -> "ns <median ns per call> <calls>" | "error <one line>"
 //   quit                 -> (exits 0)
 // Anything else gets "error unknown request '<it>'" and the server keeps serving.
@@ -22,6 +23,8 @@ struct ServeTarget {
   std::function<std::vector<std::string>()> list;
   // "" when staged; else why the case cannot run
   std::function<std::string(const std::string& name)> prepare;
+  // The prepared case staged again in new buffers (same data); "" or why not
+  std::function<std::string(const std::string& name)> restage;
   // Runs the staged case for at least `seconds` of timed calls (>= 1 call); median ns per call.
   // Throws std::exception with the reason.
   std::function<double(const std::string& name, double seconds, int64_t& calls)> time;

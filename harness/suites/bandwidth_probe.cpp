@@ -114,6 +114,11 @@ void prepare_probe(int threads) {
   }
 }
 
+void restage_probe(int threads) {
+  g_staged[threads].reset();
+  prepare_probe(threads);
+}
+
 double time_probe(int threads, double seconds, int64_t& calls) {
   prepare_probe(threads);
   double spent = 0;

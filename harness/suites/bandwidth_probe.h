@@ -23,6 +23,7 @@ double probe_bandwidth(int threads);
 // --ab-serve (ab_serve.h): the triad staged once per thread count, then timed in blocks of at
 // least `seconds`; mean ns per pass.
 void prepare_probe(int threads);
+void restage_probe(int threads);  // new arrays
 double time_probe(int threads, double seconds, int64_t& calls);
 
 }  // namespace opf::suites

@@ -7,6 +7,7 @@
 // (CaseDesc::flops) and bw_frac = bytes_per_second / probe bandwidth at the same thread count.
 // Real time throughout (GPU kernels, threaded peers), hence the "/real_time" name suffix in JSON.
 #include <benchmark/benchmark.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
@@ -287,8 +288,62 @@ const Slowdown* slowdown() {
   return s.get();
 }
 
+// A single-threaded block runs on the last CPU this process may use, in both builds' processes:
+// left to the scheduler, each process tends to stay on the core it last ran on, and two cores of
+// a VM differ (their neighbours on the host), a bias between the processes that pairing cannot
+// remove. Multi-threaded blocks use every core in both.
+class OnOneCpu {
+ public:
+  explicit OnOneCpu(bool want) {
+    if (!want || sched_getaffinity(0, sizeof all_, &all_) != 0) return;
+    for (int c = CPU_SETSIZE - 1; c >= 0; --c)
+      if (CPU_ISSET(c, &all_)) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        pinned_ = sched_setaffinity(0, sizeof one, &one) == 0;  // this thread only
+        break;
+      }
+  }
+  ~OnOneCpu() {
+    if (pinned_) sched_setaffinity(0, sizeof all_, &all_);
+  }
+  OnOneCpu(const OnOneCpu&) = delete;
+  OnOneCpu& operator=(const OnOneCpu&) = delete;
+
+ private:
+  cpu_set_t all_;
+  bool pinned_ = false;
+};
+
+// New buffers for the staged case (same data): which physical pages a case's buffers land on
+// (cache sets, DRAM banks) is fixed for a process's lifetime and can make one process 10-20 %
+// slower than another running the same code, a bias no amount of pairing removes. Staging
+// afresh every round turns it into noise the median absorbs.
+std::string restage(const BenchCase& bc) {
+  Prepared& p = prepare(bc);
+  if (!p.error.empty()) return p.error;
+  try {
+    if (p.peer) {
+      p.peer.reset();
+      p.peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, p.drawn);
+      p.peer->run();
+    } else {
+      Loader& loader = Loader::instance();
+      p.staged.reset();
+      p.staged = std::make_unique<StagedCase>(loader.device(bc.backend), *bc.op, p.drawn, bc.threads);
+      p.staged->run(p.module);
+      p.staged->synchronize();
+    }
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+  return p.error;
+}
+
 double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
   using clock = std::chrono::steady_clock;
+  const OnOneCpu pin(bc.threads == 1);
   Prepared& p = prepare(bc);
   if (!p.error.empty()) throw Error(p.error);
   const bool restore = p.staged && p.staged->has_inouts();
@@ -340,8 +395,15 @@ int serve(const std::vector<int>& thread_counts) {
     if (int n = probe_threads(name)) return prepare_probe(n), "";
     return prepare(find(name)).error;
   };
+  t.restage = [&](const std::string& name) -> std::string {
+    if (int n = probe_threads(name)) return restage_probe(n), "";
+    return restage(find(name));
+  };
   t.time = [&](const std::string& name, double seconds, int64_t& calls) {
-    if (int n = probe_threads(name)) return time_probe(n, seconds, calls);
+    if (int n = probe_threads(name)) {
+      const OnOneCpu pin(n == 1);
+      return time_probe(n, seconds, calls);
+    }
     return time_block(find(name), seconds, calls);
   };
   return serve_ab(stdin, stdout, t);

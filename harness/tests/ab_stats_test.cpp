@@ -71,6 +71,7 @@ std::string serve_text(const std::string& input) {
   suites::ServeTarget t;
   t.list = [] { return std::vector<std::string>{"a/x", "b/y"}; };
   t.prepare = [](const std::string& n) { return n == "a/x" ? std::string() : "no case '" + n + "'\nsecond line"; };
+  t.restage = [](const std::string& n) { return n == "a/x" ? std::string() : "not prepared: " + n; };
   t.time = [](const std::string& n, double s, int64_t& calls) -> double {
     if (n != "a/x") throw Error("not staged: " + n);
     calls = int64_t(s * 1000);
@@ -85,8 +86,8 @@ std::string serve_text(const std::string& input) {
 }
 
 TEST(AbServe, Protocol) {
-  EXPECT_EQ(serve_text("list\nprepare a/x\nprepare b/y\ntime a/x 0.25\ntime b/y 0.1\ntime a/x 0\ntime a/x\nfrob\nquit\nlist\n"),
-            "a/x\nb/y\n.\nok\nerror no case 'b/y' second line\nns 1234.5 250\nerror not staged: b/y\n"
+  EXPECT_EQ(serve_text("list\nprepare a/x\nprepare b/y\nrestage a/x\nrestage b/y\ntime a/x 0.25\ntime b/y 0.1\ntime a/x 0\ntime a/x\nfrob\nquit\nlist\n"),
+            "a/x\nb/y\n.\nok\nerror no case 'b/y' second line\nok\nerror not prepared: b/y\nns 1234.5 250\nerror not staged: b/y\n"
             "error time: seconds must be in (0, 60), got '0'\nerror unknown request 'time a/x'\nerror unknown request 'frob'\n");
   EXPECT_EQ(suites::median_ns({3e-9, 1e-9, 2e-9}), 2);
   EXPECT_EQ(suites::median_ns({4e-9, 1e-9, 2e-9, 3e-9}), 2.5);
