@@ -39,9 +39,9 @@ PairedVerdict paired_verdict(const std::vector<double>& ratios, double threshold
   median_interval(ratios, alpha, v.median, v.lo, v.hi, v.coverage);
   const bool confident = v.coverage >= 1 - alpha;
   if (v.median >= 1 + threshold)
-    v.verdict = confident && v.lo > 1 ? "SLOWER" : "AMBIGUOUS";
+    v.verdict = confident && v.lo > 1 + threshold ? "SLOWER" : "AMBIGUOUS";
   else if (v.median <= 1 / (1 + threshold))
-    v.verdict = confident && v.hi < 1 ? "FASTER" : "AMBIGUOUS";
+    v.verdict = confident && v.hi < 1 / (1 + threshold) ? "FASTER" : "AMBIGUOUS";
   else
     v.verdict = "SAME";
   return v;

@@ -58,6 +58,9 @@ struct Prepared {
   const opf_module_info* module = nullptr;
   std::unique_ptr<peers::PeerRun> peer;
   std::string error;
+  // --ab-serve's restage: the stagings not in use, rotated through (see restage)
+  std::vector<std::unique_ptr<StagedCase>> parked_staged;
+  std::vector<std::unique_ptr<peers::PeerRun>> parked_peer;
 };
 std::unique_ptr<Prepared> g_current;
 int g_failed = 0;  // benchmark runs that ended in SkipWithError
@@ -316,24 +319,41 @@ class OnOneCpu {
   bool pinned_ = false;
 };
 
-// New buffers for the staged case (same data): which physical pages a case's buffers land on
-// (cache sets, DRAM banks) is fixed for a process's lifetime and can make one process 10-20 %
-// slower than another running the same code, a bias no amount of pairing removes. Staging
-// afresh every round turns it into noise the median absorbs.
+// Other buffers for the staged case (same data): which physical pages a case's buffers land on
+// (cache sets, DRAM banks) is fixed for a process's lifetime and can make one process slower
+// than another running the same code, a bias no amount of pairing removes. Rotating through
+// kStagings stagings, one per round, turns it into noise the median absorbs; more would cost a
+// staging's page faults every round (~0.4 s per 100 MB on this VM).
+constexpr size_t kStagings = 3;
+
+template <class T, class Make>
+void rotate(std::unique_ptr<T>& active, std::vector<std::unique_ptr<T>>& parked, Make&& make) {
+  parked.push_back(std::move(active));
+  if (parked.size() < kStagings) {
+    active = make();
+  } else {
+    active = std::move(parked.front());
+    parked.erase(parked.begin());
+  }
+}
+
 std::string restage(const BenchCase& bc) {
   Prepared& p = prepare(bc);
   if (!p.error.empty()) return p.error;
   try {
     if (p.peer) {
-      p.peer.reset();
-      p.peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, p.drawn);
-      p.peer->run();
+      rotate(p.peer, p.parked_peer, [&] {
+        auto r = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, p.drawn);
+        r->run();  // first touch
+        return r;
+      });
     } else {
-      Loader& loader = Loader::instance();
-      p.staged.reset();
-      p.staged = std::make_unique<StagedCase>(loader.device(bc.backend), *bc.op, p.drawn, bc.threads);
-      p.staged->run(p.module);
-      p.staged->synchronize();
+      rotate(p.staged, p.parked_staged, [&] {
+        auto r = std::make_unique<StagedCase>(Loader::instance().device(bc.backend), *bc.op, p.drawn, bc.threads);
+        r->run(p.module);  // first touch
+        r->synchronize();
+        return r;
+      });
     }
   } catch (const std::exception& e) {
     p.error = e.what();

@@ -58,6 +58,11 @@ TEST(PairedVerdict, Rules) {
   // median beyond the threshold but two rounds below 1: the interval reaches 1
   const std::vector<double> noisy{1.2, 0.8, 1.1, 1.09, 0.9, 1.15, 1.3, 1.08, 1.07, 1.1};
   EXPECT_EQ(paired_verdict(noisy, 0.05, 0.05).verdict, "AMBIGUOUS");
+  // slower for sure, but not surely by more than the threshold: AMBIGUOUS, not SLOWER
+  const std::vector<double> biased{1.075, 1.007, 1.102, 1.08, 1.06, 1.09, 1.07, 1.04, 1.085, 1.11};
+  const PairedVerdict b = paired_verdict(biased, 0.05, 0.05);
+  EXPECT_GT(b.lo, 1.0);
+  EXPECT_EQ(b.verdict, "AMBIGUOUS");
   // 5 rounds cannot reach 95 %: even a clear slowdown stays AMBIGUOUS
   EXPECT_EQ(paired_verdict({1.5, 1.5, 1.6, 1.4, 1.5}, 0.05, 0.05).verdict, "AMBIGUOUS");
   EXPECT_EQ(paired_verdict({1.5, 1.5, 1.6, 1.4, 1.5, 1.5}, 0.05, 0.05).verdict, "SLOWER");
