@@ -335,8 +335,10 @@ int run_ab(const AbOptions& o_in) {
         x.per_run.push_back(paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
                                            o.threshold, o.alpha).verdict);
     if (x.role == Role::control) x.note = "control: the same code in both builds";
-    std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]\n", done, benches.size(), x.name.c_str(),
-                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi);
+    std::string runs;
+    for (const auto& v : x.per_run) runs += (runs.empty() ? "  runs: " : " ") + v;
+    std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]%s\n", done, benches.size(), x.name.c_str(),
+                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi, runs.c_str());
   }
 
   // instruction counts: exact, both builds
