@@ -125,7 +125,11 @@ void step_test(CellRun& c) {
   json::Value tests;
   std::string text;
   if (proc::capture({"meson", "introspect", c.build, "--tests"}, text, "", 120)) tests = json::parse(text, "meson introspect --tests");
-  if (tests.as_array().empty()) return c.skip("test", "no tests in this build");
+  if (tests.as_array().empty()) {
+    auto opt = c.cell.options.find("tests");
+    return c.skip("test", opt != c.cell.options.end() && opt->second == "'disabled'" ? "tests disabled in this cell (tests = \"disabled\")"
+                                                                                     : "no tests in this build");
+  }
   auto& s = c.begin("test");
   files::make_dirs(c.dir + "/gtest");
   int procs = std::max(1, c.build_jobs);
