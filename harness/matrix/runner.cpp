@@ -431,6 +431,11 @@ std::string run_cell(CellRun& c) {
   std::string line = std::string(status == "pass" ? "PASS" : status == "fail" ? "FAIL" : "STOP") + "  cell " +
                      std::to_string(c.index) + " " + c.cell.name + " (" + c.cell.id + ") " + format_duration(secs) + ":";
   for (const auto& s : c.steps) line += " " + s.name + "=" + s.status + "(" + format_duration(s.seconds) + ")";
+  for (const auto& s : c.steps)  // the first failure's own words, so the console line says why
+    if (s.status != "pass" && s.status != "skip" && s.status != "blocked" && s.status != "interrupted") {
+      line += " -- " + s.name + ": " + s.detail.substr(0, s.detail.find('\n'));
+      break;
+    }
   c.progress.done(c.slot, line);
   return status;
 }
