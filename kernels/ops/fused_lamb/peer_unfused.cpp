@@ -2,23 +2,27 @@
 // Lamb with apex's options), the unfused peer of fused_lamb: one full pass over the lists per
 // tensor op, in the order the Python issues them:
 //   G = norm(stack([g.norm() for g]));  clip = G/max_grad_norm if G > max_grad_norm else 1
-//   g.div_(clip)                                       (in place, in T)
-//   L2 mode with wd != 0: g = g.add(p, alpha=wd)       (a new list in T)
+//   g = g.float().div_(clip)                           (one pass here, into an f32 list)
+//   L2 mode with wd != 0: g = g.add(p, alpha=wd)       (a new f32 list)
 //   m.mul_(beta1).add_(g, alpha=beta3);  v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
 //   d = v.sqrt() / sqrt(bc2);  d.add_(eps);  u = m / bc1;  u.div_(d)
 //   decoupled mode with wd != 0: u.add_(p, alpha=wd)
 //   wd != 0 or nvlamb: ratio = p.norm() / u.norm() (1 when either is 0);  u.mul_(ratio)
 //   p.add_(u, alpha=-lr)
 // with bc = 1 - beta^step (1 with bias_correction off). f32 math, each pass rounding its output to
-// its tensor's dtype (g, p in T; m, v and the temporaries d, u in f32); norms accumulate in f32
+// its tensor's dtype (p in T; m, v and the temporaries g, d, u in f32); norms accumulate in f32
 // and the scalars (norms, clip, ratio) stay f32 (torch would return a 16-bit tensor's norm in
 // 16 bits: a rounding that changes no pass, left out). Temporaries are allocated once (PyTorch's
 // caching allocator reuses them). Threads: each pass splits the lists' concatenated elements
 // statically into `threads` slices (opf::host_threads + parallel_for), one barrier per pass —
 // kinder to the peer than PyTorch's CPU foreach fallback. SIMD through Highway (dynamic dispatch).
-// Outputs reported: params; exp_avg and exp_avg_sq for f32 only (torch clips a 16-bit gradient
-// in its own dtype, so the moments carry a 16-bit rounding the f32 reference does not have). The
-// peer does not write the update into grads, and has no flag.
+// The clipped gradient is f32 for 16-bit grads too (as an eager optimizer keeping f32 state
+// does): a clip in place in 16 bits would put a 16-bit rounding into the moments and the update
+// that the f32 contract does not have, and the peer is checked against that contract. For f32
+// that pass is torch's in-place div_; for 16-bit it costs the peer 2 more bytes written per
+// element and 2 more read by each of the two moment passes (~5 % of its traffic). Outputs
+// reported: params, exp_avg, exp_avg_sq; the peer does not write the update into grads, and has
+// no flag.
 #ifndef OPF_FUSED_LAMB_PEER_COMMON
 #define OPF_FUSED_LAMB_PEER_COMMON
 #include <algorithm>
@@ -41,11 +45,12 @@ namespace opf::suites::peers::fused_lamb_unfused {
 enum class Op {
   sumsq_s,     // return sum y*y                y: S
   sumsq_f,     // return sum y*y                y: F
-  div_s,       // x = x / s                     x: S
-  add_new_s,   // x = y + s * z                 x, y, z: S
+  div_new_fs,  // x = y / s                     x: F, y: S
+  add_new_ffs, // x = y + s * z                 x, y: F, z: S
   mul_f,       // x = x * s                     x: F
   axpy_fs,     // x = x + s * y                 x: F, y: S
-  addcmul_fs,  // x = x + s * y * y             x: F, y: S
+  axpy_ff,     // x = x + s * y                 x, y: F
+  addcmul_ff,  // x = x + s * y * y             x, y: F
   sqrt_div_f,  // x = sqrt(y) / s               x, y: F  (two passes in torch, see run())
   div_new_f,   // x = y / s                     x, y: F
   add_f,       // x = x + s                     x: F
@@ -110,16 +115,18 @@ float PassT(const Pass& a) {
       return SumSq(d, static_cast<const S*>(a.y), a.n);
     case Op::sumsq_f:
       return SumSq(d, static_cast<const float*>(a.y), a.n);
-    case Op::div_s: {
-      S* x = static_cast<S*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(LoadWiden(d, x + j), vs); }, [&](size_t j) { return to_f32(x[j]) / s; });
+    case Op::div_new_fs: {
+      float* x = static_cast<float*>(a.x);
+      const S* y = static_cast<const S*>(a.y);
+      Map(d, x, a.n, [&](size_t j) { return hn::Div(LoadWiden(d, y + j), vs); }, [&](size_t j) { return to_f32(y[j]) / s; });
       break;
     }
-    case Op::add_new_s: {
-      S* x = static_cast<S*>(a.x);
-      const S *y = static_cast<const S*>(a.y), *z = static_cast<const S*>(a.z);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), LoadWiden(d, y + j)); },
-          [&](size_t j) { return std::fma(s, to_f32(z[j]), to_f32(y[j])); });
+    case Op::add_new_ffs: {
+      float* x = static_cast<float*>(a.x);
+      const float* y = static_cast<const float*>(a.y);
+      const S* z = static_cast<const S*>(a.z);
+      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), hn::LoadU(d, y + j)); },
+          [&](size_t j) { return std::fma(s, to_f32(z[j]), y[j]); });
       break;
     }
     case Op::mul_f: {
@@ -134,9 +141,16 @@ float PassT(const Pass& a) {
           [&](size_t j) { return std::fma(s, to_f32(y[j]), x[j]); });
       break;
     }
-    case Op::addcmul_fs: {
+    case Op::axpy_ff: {
       float* x = static_cast<float*>(a.x);
-      const S* y = static_cast<const S*>(a.y);
+      const float* y = static_cast<const float*>(a.y);
+      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, hn::LoadU(d, y + j), hn::LoadU(d, x + j)); },
+          [&](size_t j) { return std::fma(s, y[j], x[j]); });
+      break;
+    }
+    case Op::addcmul_ff: {
+      float* x = static_cast<float*>(a.x);
+      const float* y = static_cast<const float*>(a.y);
       Map(d, x, a.n,
           [&](size_t j) {
             const auto g = LoadWiden(d, y + j);
@@ -223,7 +237,8 @@ class Run final : public PeerRun {
       v_.push_back(as_f32(*v[k]));
       d_.emplace_back(size_t(n));
       u_.emplace_back(size_t(n));
-      if (l2) gd_.emplace_back(g_.back().size());
+      gc_.emplace_back(size_t(n));
+      if (l2) gd_.emplace_back(size_t(n));
     }
   }
 
@@ -244,15 +259,15 @@ class Run final : public PeerRun {
     }
     const float G = float(std::sqrt(G2));
     const float clip = G > float(mgn) ? G / float(mgn) : 1.0f;
-    pass(Op::div_s, T, [&](size_t k) { return Ptrs{g_[k].data(), nullptr, nullptr, clip}; });
+    pass(Op::div_new_fs, T, [&](size_t k) { return Ptrs{gc_[k].data(), g_[k].data(), nullptr, clip}; });
     const bool l2 = wd != 0 && !adamw;
     if (l2)
-      pass(Op::add_new_s, T, [&](size_t k) { return Ptrs{gd_[k].data(), g_[k].data(), p_[k].data(), float(wd)}; });
-    auto& grads = l2 ? gd_ : g_;
+      pass(Op::add_new_ffs, T, [&](size_t k) { return Ptrs{gd_[k].data(), gc_[k].data(), p_[k].data(), float(wd)}; });
+    auto& grads = l2 ? gd_ : gc_;
     pass(Op::mul_f, T, [&](size_t k) { return Ptrs{m_[k].data(), nullptr, nullptr, float(beta1)}; });
-    pass(Op::axpy_fs, T, [&](size_t k) { return Ptrs{m_[k].data(), grads[k].data(), nullptr, beta3}; });
+    pass(Op::axpy_ff, T, [&](size_t k) { return Ptrs{m_[k].data(), grads[k].data(), nullptr, beta3}; });
     pass(Op::mul_f, T, [&](size_t k) { return Ptrs{v_[k].data(), nullptr, nullptr, float(beta2)}; });
-    pass(Op::addcmul_fs, T, [&](size_t k) { return Ptrs{v_[k].data(), grads[k].data(), nullptr, float(1 - beta2)}; });
+    pass(Op::addcmul_ff, T, [&](size_t k) { return Ptrs{v_[k].data(), grads[k].data(), nullptr, float(1 - beta2)}; });
     const double bc1 = bc ? 1 - std::pow(beta1, t) : 1.0, bc2 = bc ? 1 - std::pow(beta2, t) : 1.0;
     pass(Op::sqrt_div_f, T, [&](size_t k) { return Ptrs{d_[k].data(), v_[k].data(), nullptr, float(std::sqrt(bc2))}; });
     pass(Op::add_f, T, [&](size_t k) { return Ptrs{d_[k].data(), nullptr, nullptr, float(eps)}; });
@@ -280,7 +295,7 @@ class Run final : public PeerRun {
     out.resize(n);
     if (name == "params") {
       for (size_t i = 0; i < n; ++i) out[i] = load_element(dt_, p_[size_t(k)].data(), int64_t(i));
-    } else if ((name == "exp_avg" || name == "exp_avg_sq") && dt_ == DType::f32) {
+    } else if (name == "exp_avg" || name == "exp_avg_sq") {
       const auto& src = name == "exp_avg" ? m_[size_t(k)] : v_[size_t(k)];
       for (size_t i = 0; i < n; ++i) out[i] = src[i];
     } else {
@@ -305,9 +320,9 @@ class Run final : public PeerRun {
 
   // Which pointers of an op hold S (the rest hold f32).
   static void storage_of(Op op, bool& x, bool& y, bool& z) {
-    x = op == Op::div_s || op == Op::add_new_s || op == Op::axpy_sf;
-    y = op == Op::sumsq_s || op == Op::add_new_s || op == Op::axpy_fs || op == Op::addcmul_fs;
-    z = op == Op::add_new_s;
+    x = op == Op::axpy_sf;
+    y = op == Op::sumsq_s || op == Op::div_new_fs || op == Op::axpy_fs;
+    z = op == Op::add_new_ffs;
   }
 
   // One full pass over the lists: thread t takes elements [N t / threads, N (t+1) / threads) of
@@ -358,8 +373,8 @@ class Run final : public PeerRun {
   int threads_;
   Params params_;
   std::vector<int64_t> offsets_;
-  std::vector<std::vector<std::byte>> g_, p_, gd_;
-  std::vector<std::vector<float>> m_, v_, d_, u_;
+  std::vector<std::vector<std::byte>> g_, p_;
+  std::vector<std::vector<float>> gc_, gd_, m_, v_, d_, u_;
 };
 
 std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { return std::make_unique<Run>(c, drawn); }
