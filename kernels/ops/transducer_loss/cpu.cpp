@@ -154,6 +154,15 @@ HWY_INLINE hn::Vec<D> ExpGrad(D d, hn::Vec<D> t) {
   return hn::IfThenElse(hn::IsNaN(t), t, e);
 }
 
+// exp(a + b) - exp(a + next) without the cancellation; `plain` (exp(a + b) as computed) where
+// the edge has no weight (next = -inf) or the inputs are not finite.
+inline float Cancelled(float a, float b, float next, float plain) {
+  if (next == kNegInf || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next))
+    return std::isnan(next) ? next : plain - std::exp(a + next);
+  // factored at the larger exponent: expm1 of a non-positive argument cannot overflow
+  return b >= next ? -(std::exp(a + b) * std::expm1(next - b)) : std::exp(a + next) * std::expm1(b - next);
+}
+
 template <class S>
 void BackwardT(const Backward& a) {
   const Geometry& g = a.g;
@@ -203,11 +212,23 @@ void BackwardT(const Backward& a) {
             const float s = occ + to_f32(xr[j]);
             e[j] = s < kExpFloor ? 0.0f : std::exp(s);
           }
+          // The edge elements cancel (occupancy * p minus the edge, ~0 where one edge carries the
+          // cell): exp(A + beta(t,u)) - exp(A + beta_next) through expm1 (Cancelled), exact but
+          // for the inputs' own rounding.
+          const float lpy = u < Uy ? to_f32(xr[yu]) : 0.0f;
+          if (u < Uy && yu == g.blank) {
+            e[g.blank] = e[g.blank] - eb - ey;
+          } else {
+            const bool has_b = t < Tf - 1 || u == Uy;
+            const float bnext = t < Tf - 1 ? be_next[u] : 0.0f;  // (the final blank: beta after it is 0)
+            if (has_b) e[g.blank] = Cancelled(at + lpb - total, be[u], bnext, e[g.blank]);
+            if (u < Uy) e[yu] = Cancelled(at + lpy - total, be[u], be[u + 1], e[yu]);
+          }
         } else {
           std::fill(e, e + V, 0.0f);
+          e[g.blank] -= eb;
+          if (u < Uy) e[yu] -= ey;
         }
-        e[g.blank] -= eb;
-        if (u < Uy) e[yu] -= ey;
         WriteRow(
             d, out, V, stream, [&](size_t k) { return hn::Mul(vg, hn::LoadU(d, e + k)); },
             [&](size_t k) { return gb * e[k]; });
