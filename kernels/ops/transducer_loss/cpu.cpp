@@ -4,8 +4,9 @@
 //   forward: one task per (batch, lattice): alpha and beta of a batch are independent recurrences,
 //            2B tasks. A task first gathers its lattice's two log-probs per cell (blank and
 //            label: two cache lines of each x row, the only part of x the loss needs) into a
-//            dense scratch, then runs the recurrence row by row from it. Each cell is computed
-//            by one task in a fixed order, so any thread count gives the same bits.
+//            skewed scratch, then runs the recurrence by anti-diagonals, each one vector sweep
+//            (Lattice). Each cell is computed by one task in a fixed order, so any thread count
+//            gives the same bits.
 //   backward: alpha and beta are the forward's (apex saves them), so the gradient is one pass
 //            over x_grad (and x when fused): tasks of whole (batch, t) lattice rows; per cell the
 //            two edge occupancies are scalars, the row is built in an L1 scratch (exp of the
@@ -87,6 +88,7 @@ inline float LogAddExp(float a, float b) {
 #include "hwy/aligned_allocator.h"
 #include "cpu/simd-inl.h"
 #include "cpu/exp-inl.h"
+#include "hwy/contrib/math/math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace opf::transducer_loss_cpu::HWY_NAMESPACE {
@@ -95,44 +97,84 @@ using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 
-// alpha (forward) or beta (!forward) of batch b into out [T, U1] (cells outside the lattice -inf).
+// LogAddExp (the scalar one's semantics: NaN in, NaN out; -inf is the empty sum) on vectors.
+template <class D>
+HWY_INLINE hn::Vec<D> LogAddExpV(D d, hn::Vec<D> a, hn::Vec<D> b) {
+  const auto ninf = hn::Set(d, kNegInf);
+  // exp(-|a - b|) below exp(-100) adds nothing to log1p's f32 result; the clamp keeps hn::Exp in range
+  const auto ad = hn::Max(hn::Neg(hn::Abs(hn::Sub(a, b))), hn::Set(d, -100.0f));
+  auto r = hn::Add(hn::Max(a, b), hn::Log1p(d, hn::Exp(d, ad)));
+  r = hn::IfThenElse(hn::Eq(a, ninf), b, r);
+  r = hn::IfThenElse(hn::Eq(b, ninf), a, r);
+  return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Add(a, b), r);
+}
+
+// alpha (forward) or beta (!forward) of batch b into out [T, U1] (cells outside the lattice -inf),
+// by anti-diagonals k = t + u: every cell of a diagonal depends only on the previous one, so a
+// diagonal is one vector sweep over u. The log-probs are gathered skewed (row k holds the cells
+// of diagonal k by u), so both neighbours of a diagonal are contiguous loads. D holds diagonal
+// values by u at D[u + 1] (D[0]: u = -1), -inf where a neighbour is no cell; the lanes a vector
+// computes past the diagonal's end are reset to -inf, so the buffers always read that way.
 template <class S>
 void Lattice(const Geometry& g, int64_t b, bool forward, float* HWY_RESTRICT out, float* HWY_RESTRICT loss) {
-  const int64_t Tf = g.f_len[b], Uy = g.y_len[b], W = Uy + 1, U1 = g.U1;
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const int64_t Tf = g.f_len[b], Uy = g.y_len[b], W = Uy + 1, U1 = g.U1, K = Tf + Uy;  // K diagonals
   const S* x = static_cast<const S*>(g.x);
   const int64_t* y = g.label + b * (U1 - 1);
-  // lb(t, u) = lp(t, u, blank), ly(t, u) = lp(t, u, y_u) (u < Uy), W apart
-  std::vector<float> lb(size_t(Tf * W)), ly(size_t(Tf * W));
+  // lb[k][u] = lp(k - u, u, blank), ly[k][u] = lp(k - u, u, y_u), W apart (+1: ly's row -1 at u = -1)
+  std::vector<float> lbs(size_t(K * W + N + 1), 0.0f), lys(size_t(K * W + N + 1), 0.0f);
+  float* lb = lbs.data() + 1;
+  float* ly = lys.data() + 1;
   for (int64_t t = 0; t < Tf; ++t)
     for (int64_t u = 0; u < W; ++u) {
       const S* r = x + g.row(b, t, u) * g.V;
-      lb[size_t(t * W + u)] = to_f32(r[g.blank]);
-      if (u < Uy) ly[size_t(t * W + u)] = to_f32(r[y[u]]);
+      // (the last frame's blanks but the final one leave the lattice: never read, and left 0 so
+      // that a NaN there stays out of -inf + lp, as the recurrence's definition has it)
+      if (t < Tf - 1 || u == Uy) lb[(t + u) * W + u] = to_f32(r[g.blank]);
+      if (u < Uy) ly[(t + u) * W + u] = to_f32(r[y[u]]);
     }
+  std::vector<float> bufs(size_t(2 * (W + 2 + N)), kNegInf);
+  float* prev = bufs.data();
+  float* cur = prev + (W + 2 + N);
   std::fill(out, out + g.T * U1, kNegInf);
+  const auto emit = [&](int64_t k, int64_t lo, int64_t hi, const float* D) {
+    for (int64_t u = lo; u <= hi; ++u) out[(k - u) * U1 + u] = D[u + 1];
+  };
+  const auto pad = [&](int64_t hi, float* D) { std::fill(D + hi + 2, D + hi + 2 + N, kNegInf); };
   if (forward) {
-    for (int64_t t = 0; t < Tf; ++t) {
-      float* a = out + t * U1;
-      const float* up = t > 0 ? a - U1 : a;  // (read only for t > 0)
-      a[0] = t == 0 ? 0.0f : up[0] + lb[size_t((t - 1) * W)];
-      for (int64_t u = 1; u < W; ++u) {
-        const float along = a[u - 1] + ly[size_t(t * W + u - 1)];
-        a[u] = t == 0 ? along : LogAddExp(up[u] + lb[size_t((t - 1) * W + u)], along);
+    prev[1] = 0.0f;  // alpha(0, 0)
+    emit(0, 0, 0, prev);
+    for (int64_t k = 1; k < K; ++k) {
+      const int64_t lo = std::max<int64_t>(0, k - Tf + 1), hi = std::min(k, Uy);
+      const float* lbk = lb + (k - 1) * W;
+      const float* lyk = ly + (k - 1) * W - 1;
+      for (int64_t u = lo; u <= hi; u += N) {
+        const auto up = hn::Add(hn::LoadU(d, prev + u + 1), hn::LoadU(d, lbk + u));
+        const auto left = hn::Add(hn::LoadU(d, prev + u), hn::LoadU(d, lyk + u));
+        hn::StoreU(LogAddExpV(d, up, left), d, cur + u + 1);
       }
+      pad(hi, cur);
+      emit(k, lo, hi, cur);
+      std::swap(prev, cur);
     }
     return;
   }
-  for (int64_t t = Tf - 1; t >= 0; --t) {
-    float* be = out + t * U1;
-    const float* down = be + U1;
-    const bool last_t = t == Tf - 1;
-    be[Uy] = last_t ? lb[size_t(t * W + Uy)] : down[Uy] + lb[size_t(t * W + Uy)];
-    for (int64_t u = Uy - 1; u >= 0; --u) {
-      const float along = be[u + 1] + ly[size_t(t * W + u)];
-      be[u] = last_t ? along : LogAddExp(down[u] + lb[size_t(t * W + u)], along);
+  prev[Uy + 1] = 0.0f;  // diagonal K: after the final blank, (Tf, Uy)
+  for (int64_t k = K - 1; k >= 0; --k) {
+    const int64_t lo = std::max<int64_t>(0, k - Tf + 1), hi = std::min(k, Uy);
+    const float* lbk = lb + k * W;
+    const float* lyk = ly + k * W;
+    for (int64_t u = lo; u <= hi; u += N) {
+      const auto down = hn::Add(hn::LoadU(d, prev + u + 1), hn::LoadU(d, lbk + u));
+      const auto right = hn::Add(hn::LoadU(d, prev + u + 2), hn::LoadU(d, lyk + u));
+      hn::StoreU(LogAddExpV(d, down, right), d, cur + u + 1);
     }
+    pad(hi, cur);
+    emit(k, lo, hi, cur);
+    std::swap(prev, cur);
   }
-  *loss = -out[0];
+  *loss = -prev[1];
 }
 
 template <class S>
