@@ -11,6 +11,10 @@
 // sgemm splits a call by its thread count, which would change the micro-kernel edge cases each
 // element goes through, and so the bits. Column sums (bias gradients) add f32 partials of
 // reduce_rows rows in f64, in tile order. Same bits for any OPFORGE_NUM_THREADS.
+// Tile size: every sgemm call packs its own panels of A (tile_m x K) and B (K x tile_n), so the
+// whole GEMM packs A N/tile_n times and B M/tile_m times where one big call packs B once: large
+// tiles (512 x 512, 1 MiB of f32 output, about L2) keep that near the cost of one call; the
+// epilogue of a tile then reads it from L2/L3, still one pass instead of a trip through memory.
 // f16/bf16: each operand is widened to f32 once per call (exact) and the sgemm runs on that; the
 // epilogue computes in f32 and rounds to T once per output.
 // Arithmetic as written: no implicit a*b+c -> fma contraction in the epilogue, so that every
@@ -19,10 +23,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #ifndef OPF_TUNE_TILE_M
-#define OPF_TUNE_TILE_M 128  // most output rows per tile
+#define OPF_TUNE_TILE_M 512  // most output rows per tile
 #endif
 #ifndef OPF_TUNE_TILE_N
-#define OPF_TUNE_TILE_N 256  // most output columns per tile
+#define OPF_TUNE_TILE_N 512  // most output columns per tile
 #endif
 #ifndef OPF_TUNE_REDUCE_ROWS
 #define OPF_TUNE_REDUCE_ROWS 32  // rows per f32 partial of a bias gradient before it is added in f64
