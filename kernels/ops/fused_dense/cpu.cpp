@@ -46,6 +46,7 @@
 #include "cpu/args.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
+#include "hwy/aligned_allocator.h"
 #include "opforge/module.h"
 
 namespace opf::fused_dense_cpu {
@@ -80,6 +81,21 @@ inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t 
               int(k), 1.0f, a, int(A.ld), b, int(B.ld), 0.0f, tile, int(n));
 }
 
+// Scratch that outlives the call, per thread and slot, grown on demand: a fresh multi-MiB buffer
+// per call costs a page fault per 4 KiB page on first touch, which measured more than the whole
+// GELU' epilogue (dH alone is 32 MiB at 2048 x 4096). Pool threads use slot 0 (their tile); the
+// calling thread the others. Contents are garbage on entry.
+enum Slot { kTile, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
+inline float* Scratch(Slot slot, size_t n) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> bufs[kSlots];
+  thread_local size_t sizes[kSlots] = {};
+  if (sizes[slot] < n) {
+    bufs[slot] = hwy::AllocateAligned<float>(n);
+    sizes[slot] = n;
+  }
+  return bufs[slot].get();
+}
+
 // Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
 // makes about 4 tiles per dimension (pool work); from the shape alone.
 inline int64_t TileEdge(int64_t n, int64_t most) {
@@ -106,7 +122,6 @@ using opf::cpu::to_f32;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-using Buf = hwy::AlignedFreeUniquePtr<float[]>;
 
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 
@@ -172,13 +187,12 @@ HWY_INLINE VF DGelu(DF d, VF h) {
 
 // An f32 view of a [rows, cols] T tensor: the data itself for f32, else a widened copy in keep.
 template <class S>
-const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_t cols, Buf& keep) {
+const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_t cols, Slot slot) {
   if constexpr (std::is_same_v<S, float>) {
     return static_cast<const float*>(src);
   } else {
     const size_t n = size_t(rows * cols);
-    keep = hwy::AllocateAligned<float>(std::max<size_t>(n, 1));
-    float* dst = keep.get();
+    float* dst = Scratch(slot, std::max<size_t>(n, 1));
     const S* s = static_cast<const S*>(src);
     const int64_t chunk = opf::cpu::rows_per_task(rows, 6.0 * double(cols));
     opf::cpu::parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
@@ -202,9 +216,9 @@ void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t 
   opf::cpu::parallel_for(host, mt * nt, [&](int64_t t) {
     const int64_t i0 = (t / nt) * tm, j0 = (t % nt) * tn;
     const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
-    Buf tile = hwy::AllocateAligned<float>(size_t(tm * tn));
-    GemmTile(A, B, k, i0, i1, j0, j1, tile.get());
-    epi(i0, i1, j0, j1, tile.get());
+    float* tile = Scratch(kTile, size_t(tm * tn));
+    GemmTile(A, B, k, i0, i1, j0, j1, tile);
+    epi(i0, i1, j0, j1, tile);
   });
 }
 
@@ -256,19 +270,17 @@ std::vector<float> WidenVec(const void* p, int64_t n) {
 
 template <class S>
 void LinearBiasForwardT(const Dense& a) {
-  Buf kx, kw;
-  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kx);
-  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kw);
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
   const std::vector<float> bias = WidenVec<S>(a.b1, a.hid);
   GemmStore<S>(a.host, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
 }
 
 template <class S>
 void LinearBiasBackwardT(const Dense& a) {
-  Buf kdy, kx, kw;
-  const float* dy = Widened<S>(a.host, a.dy, a.b, a.hid, kdy);
-  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kx);
-  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kw);
+  const float* dy = Widened<S>(a.host, a.dy, a.b, a.hid, kDy);
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
   GemmStore<S>(a.host, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
   GemmStore<S>(a.host, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
   ColumnSums<S>(a.host, dy, a.b, a.hid, a.db1);
@@ -276,18 +288,16 @@ void LinearBiasBackwardT(const Dense& a) {
 
 template <class S>
 void GeluForwardT(const Dense& a) {
-  Buf kx, kw1, kw2, ka;
-  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kx);
-  const float* w1 = Widened<S>(a.host, a.w1, a.hid, a.in, kw1);
-  const float* w2 = Widened<S>(a.host, a.w2, a.out, a.hid, kw2);
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w1 = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
+  const float* w2 = Widened<S>(a.host, a.w2, a.out, a.hid, kW2);
   const std::vector<float> b1 = WidenVec<S>(a.b1, a.hid), b2 = WidenVec<S>(a.b2, a.out);
   // The f32 GELU output the second GEMM reads: the output a itself for f32
   float* act = nullptr;
   if constexpr (std::is_same_v<S, float>) {
     act = static_cast<float*>(a.a_out);
   } else {
-    ka = hwy::AllocateAligned<float>(size_t(std::max<int64_t>(a.b * a.hid, 1)));
-    act = ka.get();
+    act = Scratch(kAct, size_t(std::max<int64_t>(a.b * a.hid, 1)));
   }
   const int64_t hid = a.hid;
   Tiled(a.host, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
@@ -311,21 +321,19 @@ void GeluForwardT(const Dense& a) {
 
 template <class S>
 void GeluBackwardT(const Dense& a) {
-  Buf kdy, kx, ka, kw1, kw2;
   const int64_t b = a.b, hid = a.hid;
-  const float* dy = Widened<S>(a.host, a.dy, b, a.out, kdy);
-  const float* x = Widened<S>(a.host, a.x, b, a.in, kx);
-  const float* act = Widened<S>(a.host, a.a, b, hid, ka);
-  const float* w1 = Widened<S>(a.host, a.w1, hid, a.in, kw1);
-  const float* w2 = Widened<S>(a.host, a.w2, a.out, hid, kw2);
+  const float* dy = Widened<S>(a.host, a.dy, b, a.out, kDy);
+  const float* x = Widened<S>(a.host, a.x, b, a.in, kX);
+  const float* act = Widened<S>(a.host, a.a, b, hid, kA);
+  const float* w1 = Widened<S>(a.host, a.w1, hid, a.in, kW1);
+  const float* w2 = Widened<S>(a.host, a.w2, a.out, hid, kW2);
   GemmStore<S>(a.host, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
   ColumnSums<S>(a.host, dy, b, a.out, a.db2);
 
   // dH = (dy·w2) ⊙ GELU'(h), kept in f32; its column sums (dbias1) come from the same tile pass:
   // each tile adds its rows in f32 blocks of reduce_rows into f64 totals of its own (a row of
   // `totals` per tile row index), summed in tile order below.
-  Buf kdh = hwy::AllocateAligned<float>(size_t(std::max<int64_t>(b * hid, 1)));
-  float* dh = kdh.get();
+  float* dh = Scratch(kDh, size_t(std::max<int64_t>(b * hid, 1)));
   const int64_t tm = TileEdge(b, OPF_TUNE_TILE_M), row_tiles = (b + tm - 1) / tm;
   std::vector<double> totals(size_t(row_tiles * hid), 0.0);
   const S* hs = static_cast<const S*>(a.h);
