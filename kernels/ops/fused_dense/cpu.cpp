@@ -1,0 +1,480 @@
+// fused_dense — CPU module (contract: ref.cpp). The GEMMs are OpenBLAS's cblas_sgemm; what this
+// module adds is the epilogue: bias, GELU / GELU' and the bias gradient are applied to each
+// output tile while it is still in cache from the sgemm that produced it, one pass, instead of
+// the separate passes over the whole output that a GEMM + elementwise library call sequence makes.
+//
+// Threads and determinism: every GEMM's output is cut into tiles of rows x columns (M and N only,
+// never K: each output element is one sgemm's dot product over the whole K, in OpenBLAS's own
+// order); the tile sizes come from the shape and the tune constants alone, and each tile is one
+// task on the caller's thread pool, calling a single-threaded sgemm. OpenBLAS's own threads are
+// switched off (openblas_set_num_threads(1) before every call that finds them on): its threaded
+// sgemm splits a call by its thread count, which would change the micro-kernel edge cases each
+// element goes through, and so the bits. Column sums (bias gradients) add f32 partials of
+// reduce_rows rows in f64, in tile order. Same bits for any OPFORGE_NUM_THREADS.
+// Tile size: every sgemm call packs its own panels of A (tile_m x K) and B (K x tile_n), so the
+// whole GEMM packs A N/tile_n times and B M/tile_m times where one big call packs B once: large
+// tiles (512 x 512, 1 MiB of f32 output, about L2) keep that near the cost of one call; the
+// epilogue of a tile then reads it from L2/L3, still one pass instead of a trip through memory.
+// f16/bf16: each operand is widened to f32 once per call (exact) and the sgemm runs on that; the
+// epilogue computes in f32 and rounds to T once per output.
+// Arithmetic as written: no implicit a*b+c -> fma contraction in the epilogue, so that every
+// target and the JIT round the same expressions; first line of the TU on purpose.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#ifndef OPF_TUNE_TILE_M
+#define OPF_TUNE_TILE_M 512  // most output rows per tile
+#endif
+#ifndef OPF_TUNE_TILE_N
+#define OPF_TUNE_TILE_N 512  // most output columns per tile
+#endif
+#ifndef OPF_TUNE_REDUCE_ROWS
+#define OPF_TUNE_REDUCE_ROWS 32  // rows per f32 partial of a bias gradient before it is added in f64
+#endif
+#ifndef OPF_FUSED_DENSE_CPU_COMMON
+#define OPF_FUSED_DENSE_CPU_COMMON
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "cpu/args.h"
+#include "cpu/parallel.h"
+#include "cpu/storage.h"
+#include "hwy/aligned_allocator.h"
+#include "opforge/module.h"
+
+namespace opf::fused_dense_cpu {
+// Every entry's arguments (unused ones null). Shapes: x [b, in], weight1 [hid, in],
+// weight2 [out, hid]; linear_bias uses weight1/bias1 as its weight/bias and y as [b, hid].
+struct Dense {
+  const opf_host* host;
+  int32_t dtype;
+  int64_t b, in, hid, out;
+  const void *x, *w1, *b1, *w2, *b2, *dy, *h, *a;
+  void *y, *a_out, *h_out, *dx, *dw1, *db1, *dw2, *db2;
+};
+
+// A row-major f32 matrix as an sgemm operand: op(M) = M, or Mᵀ when trans.
+struct Mat {
+  const float* p;
+  int64_t ld;
+  bool trans;
+};
+
+// tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
+inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     float* tile) {
+  const int64_t m = i1 - i0, n = j1 - j0;
+  if (k == 0) {  // an empty sum; sgemm's beta = 0 handling of C is not something to lean on
+    std::fill(tile, tile + m * n, 0.0f);
+    return;
+  }
+  const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
+  const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
+  cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans, B.trans ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), 1.0f, a, int(A.ld), b, int(B.ld), 0.0f, tile, int(n));
+}
+
+// Scratch that outlives the call, per thread and slot, grown on demand: a fresh multi-MiB buffer
+// per call costs a page fault per 4 KiB page on first touch, which measured more than the whole
+// GELU' epilogue (dH alone is 32 MiB at 2048 x 4096). Pool threads use slot 0 (their tile); the
+// calling thread the others. Contents are garbage on entry.
+enum Slot { kTile, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
+inline float* Scratch(Slot slot, size_t n) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> bufs[kSlots];
+  thread_local size_t sizes[kSlots] = {};
+  if (sizes[slot] < n) {
+    bufs[slot] = hwy::AllocateAligned<float>(n);
+    sizes[slot] = n;
+  }
+  return bufs[slot].get();
+}
+
+// Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
+// makes about 4 tiles per dimension (pool work); from the shape alone.
+inline int64_t TileEdge(int64_t n, int64_t most) {
+  const int64_t quarter = ((n + 3) / 4 + 15) / 16 * 16;
+  return std::clamp<int64_t>(quarter, 16, std::max<int64_t>(most, 16));
+}
+}  // namespace opf::fused_dense_cpu
+#endif  // OPF_FUSED_DENSE_CPU_COMMON
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/fused_dense/cpu.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
+#include "cpu/simd-inl.h"
+#include "cpu/exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace opf::fused_dense_cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace opf::cpu::HWY_NAMESPACE;
+using opf::cpu::from_f32;
+using opf::cpu::to_f32;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// Calls body(j, n) for columns [j, j + n) of a row of w; n = N but for the last call. Bodies load
+// short tails through zero-padded vectors, so a column's math is the same wherever it falls.
+template <class Body>
+HWY_INLINE void ForColumns(DF d, size_t w, Body&& body) {
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + N <= w; j += N) body(j, N);
+  if (j < w) body(j, w - j);
+}
+template <class S>
+HWY_INLINE VF LoadPart(DF d, const S* p, size_t n) {
+  if (n == hn::Lanes(d)) return LoadWiden(d, p);
+  HWY_ALIGN float buf[kMaxLanes] = {};
+  for (size_t k = 0; k < std::min(n, kMaxLanes); ++k) buf[k] = to_f32(p[k]);
+  return hn::Load(d, buf);
+}
+HWY_INLINE void StorePart(DF d, VF v, float* p, size_t n) {
+  if (n == hn::Lanes(d)) return hn::StoreU(v, d, p);
+  HWY_ALIGN float buf[kMaxLanes];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, std::min(n, kMaxLanes) * sizeof(float));
+}
+// y[0, n) = f32 row src rounded to S
+template <class S>
+HWY_INLINE void StoreRow(DF d, const float* src, S* y, size_t n) {
+  if constexpr (std::is_same_v<S, float>) {
+    std::memcpy(y, src, n * sizeof(float));
+  } else {
+    WriteRow(
+        d, y, n, false, [&](size_t k) { return hn::LoadU(d, src + k); }, [&](size_t k) { return src[k]; });
+  }
+}
+
+// GELU (tanh form) through a sigmoid: 0.5 h (1 + tanh z) = h s(2z), GELU' = s + 2 h s (1 - s) z',
+// z = √(2/π) (h + 0.044715 h³). s and 1 - s from e = exp(-|2z|) without cancellation; e below
+// f32's normal range is 0, so far from 0 s is exactly 0 or 1 and s (1 - s) exactly 0. h² is
+// capped at 2^60 (z already saturates s there) so that h³ and z' stay finite: 0 · z' is 0, not
+// NaN. A NaN h still reaches both results through the factor h.
+struct GeluParts {
+  VF s, t, h2;  // s(2z), 1 - s(2z), min(h², 2^60)
+};
+HWY_INLINE GeluParts GeluSig(DF d, VF h) {
+  const auto one = hn::Set(d, 1.0f), cap = hn::Set(d, 0x1p60f);
+  auto h2 = hn::Mul(h, h);
+  h2 = hn::IfThenElse(hn::Lt(h2, cap), h2, cap);
+  const auto z2 = hn::Mul(hn::Set(d, 2.0f * 0.7978845608f), hn::Mul(h, hn::Add(one, hn::Mul(hn::Set(d, 0.044715f), h2))));
+  const auto m = hn::Neg(hn::Abs(z2));
+  const auto e = hn::IfThenZeroElse(hn::Lt(m, hn::Set(d, kExpFloor)), ExpClamped(d, m));
+  const auto r = hn::Div(one, hn::Add(one, e)), er = hn::Mul(e, r);
+  const auto neg = hn::Lt(z2, hn::Zero(d));
+  return {hn::IfThenElse(neg, er, r), hn::IfThenElse(neg, r, er), h2};
+}
+HWY_INLINE VF Gelu(DF d, VF h) { return hn::Mul(h, GeluSig(d, h).s); }
+HWY_INLINE VF DGelu(DF d, VF h) {
+  const GeluParts g = GeluSig(d, h);
+  const auto dz = hn::Mul(hn::Set(d, 0.7978845608f), hn::Add(hn::Set(d, 1.0f), hn::Mul(hn::Set(d, 3.0f * 0.044715f), g.h2)));
+  // ((s (1 - s)) z') h 2: the saturated 0 first, so that a huge h never meets it as inf
+  return hn::Add(g.s, hn::Mul(hn::Mul(hn::Mul(hn::Mul(g.s, g.t), dz), h), hn::Set(d, 2.0f)));
+}
+
+// An f32 view of a [rows, cols] T tensor: the data itself for f32, else a widened copy in keep.
+template <class S>
+const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_t cols, Slot slot) {
+  if constexpr (std::is_same_v<S, float>) {
+    return static_cast<const float*>(src);
+  } else {
+    const size_t n = size_t(rows * cols);
+    float* dst = Scratch(slot, std::max<size_t>(n, 1));
+    const S* s = static_cast<const S*>(src);
+    const int64_t chunk = opf::cpu::rows_per_task(rows, 6.0 * double(cols));
+    opf::cpu::parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
+      const DF d;
+      const size_t N = hn::Lanes(d), e0 = size_t(r0 * cols), e1 = size_t(r1 * cols);
+      size_t k = e0;
+      for (; k + N <= e1; k += N) hn::StoreU(LoadWiden(d, s + k), d, dst + k);
+      for (; k < e1; ++k) dst[k] = to_f32(s[k]);
+    });
+    return dst;
+  }
+}
+
+// C [m, n] = op(A)·op(B) in tiles; epi(i0, i1, j0, j1, tile) consumes each tile (row-major,
+// leading dimension j1 - j0) on the task that computed it.
+template <class Epi>
+void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, Epi&& epi) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t tm = TileEdge(m, OPF_TUNE_TILE_M), tn = TileEdge(n, OPF_TUNE_TILE_N);
+  const int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn;
+  opf::cpu::parallel_for(host, mt * nt, [&](int64_t t) {
+    const int64_t i0 = (t / nt) * tm, j0 = (t % nt) * tn;
+    const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
+    float* tile = Scratch(kTile, size_t(tm * tn));
+    GemmTile(A, B, k, i0, i1, j0, j1, tile);
+    epi(i0, i1, j0, j1, tile);
+  });
+}
+
+// out [m, n] (T) = the tiles rounded, plus bias[j] (f32) when given.
+template <class S>
+void GemmStore(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, const float* bias,
+               void* out) {
+  Tiled(host, A, B, m, n, k, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
+    const DF d;
+    const size_t w = size_t(j1 - j0);
+    for (int64_t i = i0; i < i1; ++i) {
+      float* row = tile + (i - i0) * int64_t(w);
+      if (bias)
+        ForColumns(d, w, [&](size_t j, size_t c) {
+          StorePart(d, hn::Add(LoadPart(d, row + j, c), LoadPart(d, bias + j0 + j, c)), row + j, c);
+        });
+      StoreRow(d, row, static_cast<S*>(out) + i * n + j0, w);
+    }
+  });
+}
+
+// Column sums of an f32 [rows, cols] matrix into out (T): f32 partials of reduce_rows rows,
+// added in f64 in an order fixed by the row count (cpu/parallel.h parallel_column_sums).
+template <class S>
+void ColumnSums(const opf_host* host, const float* src, int64_t rows, int64_t cols, void* out) {
+  std::vector<double> sums;
+  opf::cpu::parallel_column_sums(host, rows, OPF_TUNE_REDUCE_ROWS, size_t(cols), sums,
+                                 [&](int64_t r0, int64_t r1, double* totals) {
+                                   std::vector<float> part(size_t(cols), 0.0f);
+                                   for (int64_t r = r0; r < r1; ++r) {
+                                     const float* row = src + r * cols;
+                                     for (int64_t j = 0; j < cols; ++j) part[size_t(j)] += row[j];
+                                     if ((r + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || r + 1 == r1) {
+                                       for (int64_t j = 0; j < cols; ++j) totals[j] += double(part[size_t(j)]);
+                                       std::fill(part.begin(), part.end(), 0.0f);
+                                     }
+                                   }
+                                 });
+  S* o = static_cast<S*>(out);
+  for (int64_t j = 0; j < cols; ++j) o[j] = from_f32<S>(float(sums[size_t(j)]));
+}
+
+template <class S>
+std::vector<float> WidenVec(const void* p, int64_t n) {
+  std::vector<float> v(size_t(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = to_f32(static_cast<const S*>(p)[i]);
+  return v;
+}
+
+template <class S>
+void LinearBiasForwardT(const Dense& a) {
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
+  const std::vector<float> bias = WidenVec<S>(a.b1, a.hid);
+  GemmStore<S>(a.host, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
+}
+
+template <class S>
+void LinearBiasBackwardT(const Dense& a) {
+  const float* dy = Widened<S>(a.host, a.dy, a.b, a.hid, kDy);
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
+  GemmStore<S>(a.host, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
+  GemmStore<S>(a.host, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
+  ColumnSums<S>(a.host, dy, a.b, a.hid, a.db1);
+}
+
+template <class S>
+void GeluForwardT(const Dense& a) {
+  const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
+  const float* w1 = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
+  const float* w2 = Widened<S>(a.host, a.w2, a.out, a.hid, kW2);
+  const std::vector<float> b1 = WidenVec<S>(a.b1, a.hid), b2 = WidenVec<S>(a.b2, a.out);
+  // The f32 GELU output the second GEMM reads: the output a itself for f32
+  float* act = nullptr;
+  if constexpr (std::is_same_v<S, float>) {
+    act = static_cast<float*>(a.a_out);
+  } else {
+    act = Scratch(kAct, size_t(std::max<int64_t>(a.b * a.hid, 1)));
+  }
+  const int64_t hid = a.hid;
+  Tiled(a.host, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
+        [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
+          const DF d;
+          const size_t w = size_t(j1 - j0);
+          for (int64_t i = i0; i < i1; ++i) {
+            float* row = tile + (i - i0) * int64_t(w);
+            float* arow = act + i * hid + j0;
+            ForColumns(d, w, [&](size_t j, size_t c) {
+              const auto hv = hn::Add(LoadPart(d, row + j, c), LoadPart(d, b1.data() + j0 + j, c));
+              StorePart(d, hv, row + j, c);
+              StorePart(d, Gelu(d, hv), arow + j, c);
+            });
+            StoreRow(d, row, static_cast<S*>(a.h_out) + i * hid + j0, w);
+            if constexpr (!std::is_same_v<S, float>) StoreRow(d, arow, static_cast<S*>(a.a_out) + i * hid + j0, w);
+          }
+        });
+  GemmStore<S>(a.host, {act, hid, false}, {w2, hid, true}, a.b, a.out, hid, b2.data(), a.y);
+}
+
+template <class S>
+void GeluBackwardT(const Dense& a) {
+  const int64_t b = a.b, hid = a.hid;
+  const float* dy = Widened<S>(a.host, a.dy, b, a.out, kDy);
+  const float* x = Widened<S>(a.host, a.x, b, a.in, kX);
+  const float* act = Widened<S>(a.host, a.a, b, hid, kA);
+  const float* w1 = Widened<S>(a.host, a.w1, hid, a.in, kW1);
+  const float* w2 = Widened<S>(a.host, a.w2, a.out, hid, kW2);
+  GemmStore<S>(a.host, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
+  ColumnSums<S>(a.host, dy, b, a.out, a.db2);
+
+  // dH = (dy·w2) ⊙ GELU'(h), kept in f32; its column sums (dbias1) come from the same tile pass:
+  // each tile adds its rows in f32 blocks of reduce_rows into f64 totals of its own (a row of
+  // `totals` per tile row index), summed in tile order below.
+  float* dh = Scratch(kDh, size_t(std::max<int64_t>(b * hid, 1)));
+  const int64_t tm = TileEdge(b, OPF_TUNE_TILE_M), row_tiles = (b + tm - 1) / tm;
+  std::vector<double> totals(size_t(row_tiles * hid), 0.0);
+  const S* hs = static_cast<const S*>(a.h);
+  Tiled(a.host, {dy, a.out, false}, {w2, hid, false}, b, hid, a.out,
+        [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
+          const DF d;
+          const size_t w = size_t(j1 - j0);
+          std::vector<float> part(w, 0.0f);
+          double* tot = totals.data() + (i0 / tm) * hid + j0;
+          for (int64_t i = i0; i < i1; ++i) {
+            const float* row = tile + (i - i0) * int64_t(w);
+            float* out = dh + i * hid + j0;
+            ForColumns(d, w, [&](size_t j, size_t c) {
+              const auto g = hn::Mul(LoadPart(d, row + j, c), DGelu(d, LoadPart(d, hs + i * hid + j0 + j, c)));
+              StorePart(d, g, out + j, c);
+            });
+            for (size_t j = 0; j < w; ++j) part[j] += out[j];
+            if ((i + 1 - i0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == i1) {
+              for (size_t j = 0; j < w; ++j) tot[j] += double(part[j]);
+              std::fill(part.begin(), part.end(), 0.0f);
+            }
+          }
+        });
+  S* db1 = static_cast<S*>(a.db1);
+  for (int64_t j = 0; j < hid; ++j) {
+    double s = 0;
+    for (int64_t t = 0; t < row_tiles; ++t) s += totals[size_t(t * hid + j)];
+    db1[j] = from_f32<S>(float(s));
+  }
+  GemmStore<S>(a.host, {dh, hid, true}, {x, a.in, false}, hid, a.in, b, nullptr, a.dw1);
+  GemmStore<S>(a.host, {dh, hid, false}, {w1, a.in, false}, b, a.in, hid, nullptr, a.dx);
+}
+
+void RunLinearBiasForward(const Dense& a) {
+  opf::cpu::run_storage<"linear_bias_forward">(a.dtype, [&](auto s) { LinearBiasForwardT<decltype(s)>(a); });
+}
+void RunLinearBiasBackward(const Dense& a) {
+  opf::cpu::run_storage<"linear_bias_backward">(a.dtype, [&](auto s) { LinearBiasBackwardT<decltype(s)>(a); });
+}
+void RunGeluForward(const Dense& a) {
+  opf::cpu::run_storage<"linear_gelu_linear_forward">(a.dtype, [&](auto s) { GeluForwardT<decltype(s)>(a); });
+}
+void RunGeluBackward(const Dense& a) {
+  opf::cpu::run_storage<"linear_gelu_linear_backward">(a.dtype, [&](auto s) { GeluBackwardT<decltype(s)>(a); });
+}
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace opf::fused_dense_cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace opf::fused_dense_cpu {
+HWY_EXPORT(RunLinearBiasForward);
+HWY_EXPORT(RunLinearBiasBackward);
+HWY_EXPORT(RunGeluForward);
+HWY_EXPORT(RunGeluBackward);
+HWY_EXPORT(TargetName);
+const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+using namespace opf::cpu;
+
+// Size d of argument i, after checking that it is a 2-D tensor (its full shape is checked later).
+int64_t dim_of(const Args& args, int i, const char* name, int d) {
+  const opf_tensor& t = args.tensor(i, name);
+  if (t.ndim != 2) failf("%s: argument %d (%s) has %d dims, expected 2", args.entry(), i, name, t.ndim);
+  return t.shape[d];
+}
+
+// cblas takes int sizes and leading dimensions.
+void check_int(const char* entry, const char* what, int64_t v) {
+  if (v > INT_MAX) failf("%s: %s = %lld is beyond OpenBLAS's int sizes (at most %d)", entry, what, (long long)v, INT_MAX);
+}
+
+void call(const opf_call* c, bool execute) {
+  const std::string_view entry = c->entry ? c->entry : "";
+  Dense a{};
+  a.host = c->host;
+  if (entry == "linear_bias_forward") {
+    const Args args(c, 4, 0);
+    const opf_tensor& x = expect_lead(args, 0, "x", 2, "[batch, in]");
+    a.dtype = x.dtype, a.b = x.shape[0], a.in = x.shape[1], a.hid = dim_of(args, 1, "weight", 0);
+    a.x = x.data;
+    a.w1 = expect_arg(args, 1, "weight", a.dtype, {a.hid, a.in}).data;
+    a.b1 = expect_arg(args, 2, "bias", a.dtype, {a.hid}).data;
+    a.y = expect_arg(args, 3, "y", a.dtype, {a.b, a.hid}).data;
+  } else if (entry == "linear_bias_backward") {
+    const Args args(c, 6, 0);
+    const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[batch, hidden]");
+    a.dtype = dy.dtype, a.b = dy.shape[0], a.hid = dy.shape[1], a.in = dim_of(args, 1, "x", 1);
+    a.dy = expect_arg(args, 0, "dy", a.dtype, {a.b, a.hid}).data;
+    a.x = expect_arg(args, 1, "x", a.dtype, {a.b, a.in}).data;
+    a.w1 = expect_arg(args, 2, "weight", a.dtype, {a.hid, a.in}).data;
+    a.dx = expect_arg(args, 3, "dx", a.dtype, {a.b, a.in}).data;
+    a.dw1 = expect_arg(args, 4, "dweight", a.dtype, {a.hid, a.in}).data;
+    a.db1 = expect_arg(args, 5, "dbias", a.dtype, {a.hid}).data;
+  } else if (entry == "linear_gelu_linear_forward") {
+    const Args args(c, 8, 0);
+    const opf_tensor& x = expect_lead(args, 0, "x", 2, "[batch, in]");
+    a.dtype = x.dtype, a.b = x.shape[0], a.in = x.shape[1];
+    a.hid = dim_of(args, 1, "weight1", 0), a.out = dim_of(args, 3, "weight2", 0);
+    a.x = x.data;
+    a.w1 = expect_arg(args, 1, "weight1", a.dtype, {a.hid, a.in}).data;
+    a.b1 = expect_arg(args, 2, "bias1", a.dtype, {a.hid}).data;
+    a.w2 = expect_arg(args, 3, "weight2", a.dtype, {a.out, a.hid}).data;
+    a.b2 = expect_arg(args, 4, "bias2", a.dtype, {a.out}).data;
+    a.a_out = expect_arg(args, 5, "a", a.dtype, {a.b, a.hid}).data;
+    a.y = expect_arg(args, 6, "y", a.dtype, {a.b, a.out}).data;
+    a.h_out = expect_arg(args, 7, "h", a.dtype, {a.b, a.hid}).data;
+  } else if (entry == "linear_gelu_linear_backward") {
+    const Args args(c, 11, 0);
+    const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[batch, out]");
+    a.dtype = dy.dtype, a.b = dy.shape[0], a.out = dy.shape[1];
+    a.in = dim_of(args, 1, "x", 1), a.hid = dim_of(args, 2, "h", 1);
+    a.dy = expect_arg(args, 0, "dy", a.dtype, {a.b, a.out}).data;
+    a.x = expect_arg(args, 1, "x", a.dtype, {a.b, a.in}).data;
+    a.h = expect_arg(args, 2, "h", a.dtype, {a.b, a.hid}).data;
+    a.a = expect_arg(args, 3, "a", a.dtype, {a.b, a.hid}).data;
+    a.w1 = expect_arg(args, 4, "weight1", a.dtype, {a.hid, a.in}).data;
+    a.w2 = expect_arg(args, 5, "weight2", a.dtype, {a.out, a.hid}).data;
+    a.dx = expect_arg(args, 6, "dx", a.dtype, {a.b, a.in}).data;
+    a.dw1 = expect_arg(args, 7, "dweight1", a.dtype, {a.hid, a.in}).data;
+    a.db1 = expect_arg(args, 8, "dbias1", a.dtype, {a.hid}).data;
+    a.dw2 = expect_arg(args, 9, "dweight2", a.dtype, {a.out, a.hid}).data;
+    a.db2 = expect_arg(args, 10, "dbias2", a.dtype, {a.out}).data;
+  } else {
+    failf("unknown entry '%.40s' (fused_dense has linear_bias_forward, linear_bias_backward, "
+          "linear_gelu_linear_forward, linear_gelu_linear_backward)", c->entry ? c->entry : "");
+  }
+  check_int(c->entry, "batch", a.b);
+  check_int(c->entry, "in", a.in);
+  check_int(c->entry, "hidden", a.hid);
+  check_int(c->entry, "out", a.out);
+  if (!execute) return;
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see the top of the file
+  if (entry == "linear_bias_forward") HWY_DYNAMIC_DISPATCH(RunLinearBiasForward)(a);
+  else if (entry == "linear_bias_backward") HWY_DYNAMIC_DISPATCH(RunLinearBiasBackward)(a);
+  else if (entry == "linear_gelu_linear_forward") HWY_DYNAMIC_DISPATCH(RunGeluForward)(a);
+  else HWY_DYNAMIC_DISPATCH(RunGeluBackward)(a);
+}
+
+}  // namespace opf::fused_dense_cpu
+
+OPF_DEFINE_MODULE("fused_dense", "cpu", opf::fused_dense_cpu::isa(), opf::fused_dense_cpu::call)
+#endif  // HWY_ONCE
