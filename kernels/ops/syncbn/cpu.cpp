@@ -543,6 +543,9 @@ void merge(const opf_call* c, bool execute) {
       const double nj = count[j];
       chan_merge(t, mu, m2, nj, mean_all[j * C + ch], double(var_all[j * C + ch]) * nj);
     }
+    // A NaN shard mean (its data held a NaN) makes the variance NaN too, also when it is the only
+    // shard, whose M2 Chan's merge copies without looking at the mean.
+    if (std::isnan(mu)) m2 = mu;
     mean[ch] = float(mu);
     invstd[ch] = float(1.0 / std::sqrt(m2 / n + eps));
     rm[ch] = float((1 - mom) * double(rm[ch]) + mom * mu);
