@@ -47,10 +47,13 @@ const opf_module_info* module() { return opf::Loader::instance().load(op(), "cpu
 struct Buf {
   DType t;
   std::vector<std::byte> b;
-  Buf(DType dt, size_t n, float v = kPoison) : t(dt), b(n * opf::dtype_size(dt)) {
+  size_t n;
+  // 8 spare bytes: GCC's -Warray-bounds cannot see that a 2-element i32 buffer is never written as i64
+  Buf(DType dt, size_t count, float v = kPoison) : t(dt), b(count * opf::dtype_size(dt) + 8), n(count) {
     for (size_t i = 0; i < n; ++i) set(i, v);
   }
-  size_t size() const { return b.size() / opf::dtype_size(t); }
+  size_t size() const { return n; }
+  size_t bytes() const { return n * opf::dtype_size(t); }
   float get(size_t i) const { return float(opf::load_element(t, b.data(), int64_t(i))); }
   void set(size_t i, double v) { opf::store_element(t, b.data(), int64_t(i), v); }
   void* data() { return b.data(); }
@@ -241,10 +244,10 @@ TEST(FusedRopeThd, PositionsRestartInEverySequence) {
         if (L == 0) continue;
         const size_t row = size_t(H * D), off = size_t(cu[k]) * row;
         Buf ts(dt, size_t(L) * row), fs(DType::f32, size_t(L * D2)), os(dt, size_t(L) * row);
-        std::memcpy(ts.data(), t.b.data() + off * opf::dtype_size(dt), ts.b.size());
-        std::memcpy(fs.data(), freqs.data(), fs.b.size());
+        std::memcpy(ts.data(), t.b.data() + off * opf::dtype_size(dt), ts.bytes());
+        std::memcpy(fs.data(), freqs.data(), fs.bytes());
         ASSERT_EQ(run(sbhd, {{in, &ts, {L, 1, H, D}}, {"freqs", &fs, {L, 1, 1, D2}}, {outn, &os, {L, 1, H, D}}}), "");
-        EXPECT_EQ(std::memcmp(os.data(), out.b.data() + off * opf::dtype_size(dt), os.b.size()), 0) << "sequence " << k;
+        EXPECT_EQ(std::memcmp(os.data(), out.b.data() + off * opf::dtype_size(dt), os.bytes()), 0) << "sequence " << k;
         expect_matches_reference(bwd, ts, fs, os, L, H, D, D2);
       }
     }
@@ -547,8 +550,8 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
   TempDir t, io;
   const std::string D = t.path;
   Buf x = random_buf(DType::f32, 10 * 2 * 8, -1, 1, 19), f = random_buf(DType::f32, 10 * 8, -1, 1, 20);
-  write_npy(D + "/t.npy", "<f4", {10, 2, 8}, x.data(), x.b.size());
-  write_npy(D + "/freqs.npy", "<f4", {10, 1, 1, 8}, f.data(), f.b.size());
+  write_npy(D + "/t.npy", "<f4", {10, 2, 8}, x.data(), x.bytes());
+  write_npy(D + "/freqs.npy", "<f4", {10, 1, 1, 8}, f.data(), f.bytes());
   write_npy(D + "/freqs_odd.npy", "<f4", {10, 1, 1, 7}, f.data(), 10 * 7 * 4);
   const int32_t good[] = {0, 4, 10}, backwards[] = {0, 6, 4, 10}, past[] = {0, 4, 11}, short_end[] = {0, 4, 9};
   write_npy(D + "/cu.npy", "<i4", {3}, good, sizeof good);
