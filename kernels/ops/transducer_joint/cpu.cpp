@@ -2,7 +2,8 @@
 // Highway SIMD: prebuilt modules dispatch on the running CPU; the JIT builds only the host target.
 //   forward: tasks are blocks of (b, t) rows (cpu/parallel.h); each writes its U output rows once
 //            from f's row (hot) and g's rows of batch b (B*U*H, cache-resident for the usual sizes):
-//            h is the only large stream, written once, with the ReLU and the -1 fill in the same pass.
+//            h is the only large stream, written once, with the ReLU and the -1 fill in the same pass
+//            (streaming stores from stream_min_bytes on).
 //   backward: one pass over the valid grad_h rows. Tasks are (b, column block): the task walks
 //            t ascending, u ascending over its columns, keeping grad_f's row sum and grad_g's U
 //            row sums in f32 (at most ~64 KiB, in L1/L2), so every sum runs in the contract's
@@ -12,6 +13,9 @@
 // f and g are T + U rows per batch instead of a saved [B, T, U] mask or h.
 #ifndef OPF_TUNE_COLUMN_BLOCK
 #define OPF_TUNE_COLUMN_BLOCK 256  // widest backward column block (grad_g sums: U x this f32)
+#endif
+#ifndef OPF_TUNE_STREAM_MIN_BYTES
+#define OPF_TUNE_STREAM_MIN_BYTES 33554432  // h at least this large: written with streaming stores
 #endif
 #ifndef OPF_TRANSDUCER_JOINT_CPU_COMMON
 #define OPF_TRANSDUCER_JOINT_CPU_COMMON
@@ -75,36 +79,35 @@ using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 
-// y[c] = f[c] + g[c], ReLU'd as the contract says (NaN kept: the compare is false for it)
+// y[c] = f[c] + g[c], ReLU'd as the contract says (NaN kept: the compare is false for it).
+// stream: non-temporal stores (an h beyond the cache is not read back soon; no read-for-ownership).
 template <bool kRelu, class S>
-HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, S* HWY_RESTRICT y, size_t n) {
+HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, S* HWY_RESTRICT y, size_t n, bool stream) {
   const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
   const auto zero = hn::Zero(d);
-  size_t c = 0;
-  for (; c + N <= n; c += N) {
-    auto s = hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c));
-    if constexpr (kRelu) s = hn::IfThenZeroElse(hn::Lt(s, zero), s);
-    StoreRound(d, s, y + c);
-  }
-  for (; c < n; ++c) {
-    const float s = to_f32(f[c]) + to_f32(g[c]);
-    y[c] = from_f32<S>(kRelu && s < 0.0f ? 0.0f : s);
-  }
+  WriteRow(
+      d, y, n, stream,
+      [&](size_t c) {
+        const auto s = hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c));
+        if constexpr (kRelu) return hn::IfThenZeroElse(hn::Lt(s, zero), s);
+        else return s;
+      },
+      [&](size_t c) {
+        const float s = to_f32(f[c]) + to_f32(g[c]);
+        return kRelu && s < 0.0f ? 0.0f : s;
+      });
 }
 
 template <class S>
-HWY_INLINE void FillRow(S* HWY_RESTRICT y, size_t n, float v) {
+HWY_INLINE void FillRow(S* HWY_RESTRICT y, size_t n, float v, bool stream = false) {
   const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
   const auto vv = hn::Set(d, v);
-  size_t c = 0;
-  for (; c + N <= n; c += N) StoreRound(d, vv, y + c);
-  for (; c < n; ++c) y[c] = from_f32<S>(v);
+  WriteRow(
+      d, y, n, stream, [&](size_t) { return vv; }, [&](size_t) { return v; });
 }
 
 template <bool kRelu, class S>
-void ForwardRows(const Forward& a, int64_t r0, int64_t r1) {
+void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
   const Layout& l = a.l;
   const size_t nh = size_t(l.nh);
   const S* f = static_cast<const S*>(a.f);
@@ -115,14 +118,15 @@ void ForwardRows(const Forward& a, int64_t r0, int64_t r1) {
     if (l.packed && t >= lf) continue;  // packed: no rows
     S* out = h + (l.batch_row(b) + t * l.row_stride_t(b)) * l.nh;
     if (t >= lf) {  // unpacked, all U rows don't-care
-      FillRow(out, size_t(l.nu) * nh, -1.0f);
+      FillRow(out, size_t(l.nu) * nh, -1.0f, stream);
       continue;
     }
     const S* fr = f + r * l.nh;
     const S* gb = g + b * l.nu * l.nh;
-    for (int64_t u = 0; u < lg; ++u) AddRow<kRelu>(fr, gb + u * l.nh, out + u * l.nh, nh);
-    if (!l.packed && lg < l.nu) FillRow(out + lg * l.nh, size_t(l.nu - lg) * nh, -1.0f);
+    for (int64_t u = 0; u < lg; ++u) AddRow<kRelu>(fr, gb + u * l.nh, out + u * l.nh, nh, stream);
+    if (!l.packed && lg < l.nu) FillRow(out + lg * l.nh, size_t(l.nu - lg) * nh, -1.0f, stream);
   }
+  if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
 }
 
 template <class S>
@@ -130,9 +134,11 @@ void ForwardT(const Forward& a) {
   const Layout& l = a.l;
   const int64_t rows = l.nb * l.nt;
   const int64_t chunk = opf::cpu::rows_per_task(rows, double(l.nu + 1) * double(l.nh) * sizeof(S));
+  const int64_t out_rows = l.packed ? (l.nb ? l.offset[l.nb - 1] : 0) : rows * l.nu;
+  const bool stream = double(out_rows) * double(l.nh) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    if (a.relu) ForwardRows<true, S>(a, r0, r1);
-    else ForwardRows<false, S>(a, r0, r1);
+    if (a.relu) ForwardRows<true, S>(a, r0, r1, stream);
+    else ForwardRows<false, S>(a, r0, r1, stream);
   });
 }
 

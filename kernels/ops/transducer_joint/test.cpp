@@ -227,6 +227,16 @@ TEST(TransducerJoint, SameBitsForEveryThreadCount) {
     }
 }
 
+// An h of at least stream_min_bytes (32 MiB) is written with streaming stores: the same bits,
+// rows not aligned to a vector (H = 1031), the -1 fill streamed too.
+TEST(TransducerJoint, LargeOutputIsStreamedWithTheSameBits) {
+  Case c(DType::f32, 2, 64, 64, 1031, 11);
+  c.relu = true;
+  ASSERT_GE(c.h.bytes.size(), size_t(32) << 20);
+  ASSERT_EQ(c.forward(nullptr, 2), 0);
+  c.check_forward();
+}
+
 // grad_h's don't-care region (unpacked) is never read: NaN there leaves every output finite.
 TEST(TransducerJoint, BackwardIgnoresTheDontCareRegion) {
   for (DType dt : kDtypes) {
