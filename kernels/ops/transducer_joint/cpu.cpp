@@ -6,13 +6,14 @@
 //            (streaming stores from stream_min_bytes on).
 //   backward: one pass over the valid grad_h rows. Tasks are (b, column block): the task walks
 //            t ascending, u ascending over its columns, keeping grad_f's row sum and grad_g's U
-//            row sums in f32 (at most ~64 KiB, in L1/L2), so every sum runs in the contract's
+//            row sums in f32 (at most ~256 KiB, in L2; whole rows of grad_h for the usual U x H, so the
+//            valid rows are read as contiguous runs), so every sum runs in the contract's
 //            order whatever the task split, and the bits do not depend on the thread count. The
 //            column block depends on U and H alone.
 // The ReLU mask of the backward is recomputed from f + g (one add, same sign as the forward's sum):
 // f and g are T + U rows per batch instead of a saved [B, T, U] mask or h.
 #ifndef OPF_TUNE_COLUMN_BLOCK
-#define OPF_TUNE_COLUMN_BLOCK 256  // widest backward column block (grad_g sums: U x this f32)
+#define OPF_TUNE_COLUMN_BLOCK 1024  // widest backward column block (grad_g sums: U x this f32)
 #endif
 #ifndef OPF_TUNE_STREAM_MIN_BYTES
 #define OPF_TUNE_STREAM_MIN_BYTES 33554432  // h at least this large: written with streaming stores
@@ -142,10 +143,10 @@ void ForwardT(const Forward& a) {
   });
 }
 
-// Columns of one backward task: grad_g's U sums of this width stay within ~64 KiB of f32, a
+// Columns of one backward task: grad_g's U sums of this width stay within ~256 KiB of f32 (L2), a
 // multiple of 16 (a whole AVX-512 vector), at most OPF_TUNE_COLUMN_BLOCK. Shape alone decides it.
 inline int64_t column_block(int64_t nu, int64_t nh) {
-  const int64_t fit = std::max<int64_t>(16, (16384 / std::max<int64_t>(nu, 1)) / 16 * 16);
+  const int64_t fit = std::max<int64_t>(16, (65536 / std::max<int64_t>(nu, 1)) / 16 * 16);
   return std::max<int64_t>(1, std::min({nh, fit, int64_t(OPF_TUNE_COLUMN_BLOCK)}));
 }
 
