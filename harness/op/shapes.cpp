@@ -38,6 +38,29 @@ std::string dim_label(size_t d, const SymDim& s) {
   return "dim " + std::to_string(d) + (s.kind == SymDim::literal ? "" : " (" + s.text + ")");
 }
 
+// "[B, T, U, H] | [rows, H]": an argument with alternative layouts (e.g. a packed variant chosen
+// by a param). Each alternative is one shape; a text without '|' is its own single alternative.
+std::vector<std::string_view> alternatives(std::string_view text) {
+  std::vector<std::string_view> out;
+  for (size_t bar; (bar = text.find('|')) != std::string_view::npos; text.remove_prefix(bar + 1))
+    out.push_back(text.substr(0, bar));
+  out.push_back(text);
+  return out;
+}
+
+// The first alternative of `text` with `rank` dims (rank < 0: the first that parses); nullopt when
+// none parses (undocumented), the first parsed one when none has that rank (the caller reports it).
+std::optional<std::vector<SymDim>> pick_shape(std::string_view text, int64_t rank) {
+  std::optional<std::vector<SymDim>> first;
+  for (std::string_view alt : alternatives(text)) {
+    auto doc = parse_shape(alt);
+    if (!doc) continue;
+    if (rank < 0 || int64_t(doc->size()) == rank) return doc;
+    if (!first) first = std::move(doc);
+  }
+  return first;
+}
+
 }  // namespace
 
 std::optional<std::vector<SymDim>> parse_shape(std::string_view text) {
@@ -71,7 +94,7 @@ std::optional<std::vector<SymDim>> parse_shape(std::string_view text) {
 }
 
 void ShapeBinder::bind(const ArgInfo& arg, const Shape& actual, int element) {
-  const auto doc = parse_shape(arg.shape);
+  const auto doc = pick_shape(arg.shape, int64_t(actual.size()));
   if (!doc) return;  // undocumented: nothing to check or bind
   if (doc->size() != actual.size())
     throw Error(who(arg, element) + " has " + std::to_string(actual.size()) + " dims; its manifest shape " + arg.shape +
@@ -100,7 +123,7 @@ void ShapeBinder::bind(const ArgInfo& arg, const Shape& actual, int element) {
 Shape ShapeBinder::infer(const ArgInfo& arg) const {
   const std::string give = "; give its shape with --in " + arg.name + "=FILE";
   if (arg.list) throw Error("argument '" + arg.name + "' is a list output: give its elements with --in " + arg.name + "=FILE");
-  const auto doc = parse_shape(arg.shape);
+  const auto doc = pick_shape(arg.shape, -1);  // the first alternative: other layouts need --in
   if (!doc) throw Error("argument '" + arg.name + "' has no manifest shape to infer" + give);
   Shape out;
   for (size_t d = 0; d < doc->size(); ++d) {

@@ -65,6 +65,20 @@ TEST(OpShapes, ErrorsNameTheArgumentAndDim) {
             "argument 'z' has no manifest shape to infer; give its shape with --in z=FILE");
 }
 
+// "[B, T, U, H] | [rows, H]": a packed layout beside the dense one. An argument binds against the
+// alternative of its rank; infer takes the first; a rank no alternative has is an error.
+TEST(OpShapes, AlternativeLayouts) {
+  ShapeBinder b;
+  b.bind(arg("f", "[B, T, H]"), {2, 3, 8});
+  b.bind(arg("g", "[B, U, H]"), {2, 5, 8});
+  EXPECT_EQ(b.infer(arg("h", "[B, T, U, H] | [rows, H]", Role::out)), (Shape{2, 3, 5, 8}));
+  b.bind(arg("h", "[B, T, U, H] | [rows, H]", Role::out), {17, 8});
+  EXPECT_EQ(error_of([&] { b.bind(arg("d", "[B, T, U, H] | [rows, H]"), {17, 9}); }),
+            "argument 'd' dim 1 (H) is 9, but argument 'f' gave H = 8");
+  EXPECT_EQ(error_of([&] { b.bind(arg("d", "[B, T, U, H] | [rows, H]"), {17}); }),
+            "argument 'd' has 1 dims; its manifest shape [B, T, U, H] | [rows, H] has 4");
+}
+
 // "2H": a multiple of a symbol (x [N, 2H] of a gated op such as bias_swiglu) binds H = dim / 2,
 // checks against H bound elsewhere, and infers 2 x H.
 TEST(OpShapes, MultiplesOfASymbol) {

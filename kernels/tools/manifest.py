@@ -19,8 +19,8 @@ PARAM_TYPES = {"f64", "i64", "bool", "enum"}
 PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc"}
 REQUIRED = ["summary", "entries", "dtypes", "backends", "cases"]
 NAME = r"[a-z][a-z0-9_]*"
-# "NAME: ROLE [list] DTYPE [SHAPE] [view]"
-ARG_RE = re.compile(r"^\s*(" + NAME + r")\s*:\s*(in|out|inout)\s+(list\s+)?(T|acc|[a-z0-9]+)\s*(\[[^\]]*\])?\s*(view)?\s*$")
+# "NAME: ROLE [list] DTYPE [SHAPE] [view]"; SHAPE may list alternative layouts: "[B, T, U, H] | [rows, H]"
+ARG_RE = re.compile(r"^\s*(" + NAME + r")\s*:\s*(in|out|inout)\s+(list\s+)?(T|acc|[a-z0-9]+)\s*(\[[^\]]*\](?:\s*\|\s*\[[^\]]*\])*)?\s*(view)?\s*$")
 
 
 def fail(path, line, msg):

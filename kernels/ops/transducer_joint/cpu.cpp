@@ -1,0 +1,309 @@
+// transducer_joint — CPU module (contract, incl. the -1 don't-care rule and the sum orders: ref.cpp).
+// Highway SIMD: prebuilt modules dispatch on the running CPU; the JIT builds only the host target.
+//   forward: tasks are blocks of (b, t) rows (cpu/parallel.h); each writes its U output rows once
+//            from f's row (hot) and g's rows of batch b (B*U*H, cache-resident for the usual sizes):
+//            h is the only large stream, written once, with the ReLU and the -1 fill in the same pass
+//            (streaming stores from stream_min_bytes on).
+//   backward: one pass over the valid grad_h rows. Tasks are (b, column block): the task walks
+//            t ascending, u ascending over its columns, keeping grad_f's row sum and grad_g's U
+//            row sums in f32 (at most ~256 KiB, in L2; whole rows of grad_h for the usual U x H, so the
+//            valid rows are read as contiguous runs), so every sum runs in the contract's
+//            order whatever the task split, and the bits do not depend on the thread count. The
+//            column block depends on U and H alone.
+// The ReLU mask of the backward is recomputed from f + g (one add, same sign as the forward's sum):
+// f and g are T + U rows per batch instead of a saved [B, T, U] mask or h.
+#ifndef OPF_TUNE_COLUMN_BLOCK
+#define OPF_TUNE_COLUMN_BLOCK 1024  // widest backward column block (grad_g sums: U x this f32)
+#endif
+#ifndef OPF_TUNE_STREAM_MIN_BYTES
+#define OPF_TUNE_STREAM_MIN_BYTES 33554432  // h at least this large: written with streaming stores
+#endif
+#ifndef OPF_TRANSDUCER_JOINT_CPU_COMMON
+#define OPF_TRANSDUCER_JOINT_CPU_COMMON
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "cpu/args.h"
+#include "cpu/parallel.h"
+#include "cpu/storage.h"
+#include "opforge/module.h"
+
+namespace opf::transducer_joint_cpu {
+// What both entries share: sizes, lengths, and where (b, t, u)'s row of h / grad_h is.
+struct Layout {
+  int64_t nb, nt, nu, nh;
+  const int32_t* f_len;
+  const int32_t* g_len;
+  const int64_t* offset;  // batch_offset (inclusive cumsum), read only when packed
+  bool packed;
+  // first row of batch b's (t, u) block; packed rows of b are t * g_len[b] + u from there
+  int64_t batch_row(int64_t b) const {
+    return packed ? (b ? offset[b - 1] : 0) : b * nt * nu;
+  }
+  int64_t row_stride_t(int64_t b) const { return packed ? g_len[b] : nu; }
+};
+struct Forward {
+  const opf_host* host;
+  int32_t dtype;
+  Layout l;
+  bool relu;
+  const void* f;
+  const void* g;
+  void* h;
+};
+struct Backward {
+  const opf_host* host;
+  int32_t dtype;
+  Layout l;
+  bool relu;
+  const void* dh;
+  const void* f;
+  const void* g;
+  void* df;
+  void* dg;
+};
+}  // namespace opf::transducer_joint_cpu
+#endif  // OPF_TRANSDUCER_JOINT_CPU_COMMON
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/transducer_joint/cpu.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace opf::transducer_joint_cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace opf::cpu::HWY_NAMESPACE;
+using opf::cpu::from_f32;
+using opf::cpu::to_f32;
+
+// y[c] = f[c] + g[c], ReLU'd as the contract says (NaN kept: the compare is false for it).
+// stream: non-temporal stores (an h beyond the cache is not read back soon; no read-for-ownership).
+template <bool kRelu, class S>
+HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, S* HWY_RESTRICT y, size_t n, bool stream) {
+  const hn::ScalableTag<float> d;
+  const auto zero = hn::Zero(d);
+  WriteRow(
+      d, y, n, stream,
+      [&](size_t c) {
+        const auto s = hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c));
+        if constexpr (kRelu) return hn::IfThenZeroElse(hn::Lt(s, zero), s);
+        else return s;
+      },
+      [&](size_t c) {
+        const float s = to_f32(f[c]) + to_f32(g[c]);
+        return kRelu && s < 0.0f ? 0.0f : s;
+      });
+}
+
+template <class S>
+HWY_INLINE void FillRow(S* HWY_RESTRICT y, size_t n, float v, bool stream = false) {
+  const hn::ScalableTag<float> d;
+  const auto vv = hn::Set(d, v);
+  WriteRow(
+      d, y, n, stream, [&](size_t) { return vv; }, [&](size_t) { return v; });
+}
+
+template <bool kRelu, class S>
+void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
+  const Layout& l = a.l;
+  const size_t nh = size_t(l.nh);
+  const S* f = static_cast<const S*>(a.f);
+  const S* g = static_cast<const S*>(a.g);
+  S* h = static_cast<S*>(a.h);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
+    if (l.packed && t >= lf) continue;  // packed: no rows
+    S* out = h + (l.batch_row(b) + t * l.row_stride_t(b)) * l.nh;
+    if (t >= lf) {  // unpacked, all U rows don't-care
+      FillRow(out, size_t(l.nu) * nh, -1.0f, stream);
+      continue;
+    }
+    const S* fr = f + r * l.nh;
+    const S* gb = g + b * l.nu * l.nh;
+    for (int64_t u = 0; u < lg; ++u) AddRow<kRelu>(fr, gb + u * l.nh, out + u * l.nh, nh, stream);
+    if (!l.packed && lg < l.nu) FillRow(out + lg * l.nh, size_t(l.nu - lg) * nh, -1.0f, stream);
+  }
+  if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
+}
+
+template <class S>
+void ForwardT(const Forward& a) {
+  const Layout& l = a.l;
+  const int64_t rows = l.nb * l.nt;
+  const int64_t chunk = opf::cpu::rows_per_task(rows, double(l.nu + 1) * double(l.nh) * sizeof(S));
+  const int64_t out_rows = l.packed ? (l.nb ? l.offset[l.nb - 1] : 0) : rows * l.nu;
+  const bool stream = double(out_rows) * double(l.nh) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
+  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    if (a.relu) ForwardRows<true, S>(a, r0, r1, stream);
+    else ForwardRows<false, S>(a, r0, r1, stream);
+  });
+}
+
+// Columns of one backward task: grad_g's U sums of this width stay within ~256 KiB of f32 (L2), a
+// multiple of 16 (a whole AVX-512 vector), at most OPF_TUNE_COLUMN_BLOCK. Shape alone decides it.
+inline int64_t column_block(int64_t nu, int64_t nh) {
+  const int64_t fit = std::max<int64_t>(16, (65536 / std::max<int64_t>(nu, 1)) / 16 * 16);
+  return std::max<int64_t>(1, std::min({nh, fit, int64_t(OPF_TUNE_COLUMN_BLOCK)}));
+}
+
+// acc[c] += x[c] and sum[c] += x[c] over c < w, x = dh masked by !(f + g <= 0) with relu
+template <bool kRelu, class S>
+HWY_INLINE void AccumulateRow(const S* HWY_RESTRICT dh, const S* HWY_RESTRICT f, const S* HWY_RESTRICT g,
+                              float* HWY_RESTRICT af, float* HWY_RESTRICT ag, size_t w) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  size_t c = 0;
+  for (; c + N <= w; c += N) {
+    auto x = LoadWiden(d, dh + c);
+    if constexpr (kRelu) x = hn::IfThenZeroElse(hn::Le(hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c)), zero), x);
+    hn::StoreU(hn::Add(hn::LoadU(d, af + c), x), d, af + c);
+    hn::StoreU(hn::Add(hn::LoadU(d, ag + c), x), d, ag + c);
+  }
+  for (; c < w; ++c) {
+    float x = to_f32(dh[c]);
+    if (kRelu && to_f32(f[c]) + to_f32(g[c]) <= 0.0f) x = 0.0f;
+    af[c] = af[c] + x;
+    ag[c] = ag[c] + x;
+  }
+}
+
+template <class S>
+HWY_INLINE void StoreSums(const float* HWY_RESTRICT acc, S* HWY_RESTRICT y, size_t w) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t c = 0;
+  for (; c + N <= w; c += N) StoreRound(d, hn::LoadU(d, acc + c), y + c);
+  for (; c < w; ++c) y[c] = from_f32<S>(acc[c]);
+}
+
+template <bool kRelu, class S>
+void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vector<float>& ag, std::vector<float>& af) {
+  const Layout& l = a.l;
+  const int64_t nh = l.nh, lf = l.f_len[b], lg = l.g_len[b];
+  const S* dh = static_cast<const S*>(a.dh) + l.batch_row(b) * nh + c0;
+  const S* f = static_cast<const S*>(a.f) + b * l.nt * nh + c0;
+  const S* g = static_cast<const S*>(a.g) + b * l.nu * nh + c0;
+  S* df = static_cast<S*>(a.df) + b * l.nt * nh + c0;
+  S* dg = static_cast<S*>(a.dg) + b * l.nu * nh + c0;
+  const int64_t st = l.row_stride_t(b);
+  ag.assign(size_t(std::max<int64_t>(lg, 0)) * w, 0.0f);
+  af.resize(w);
+  for (int64_t t = 0; t < lf; ++t) {
+    std::fill(af.begin(), af.end(), 0.0f);
+    for (int64_t u = 0; u < lg; ++u)
+      AccumulateRow<kRelu>(dh + (t * st + u) * nh, f + t * nh, g + u * nh, af.data(), ag.data() + size_t(u) * w, w);
+    StoreSums(af.data(), df + t * nh, w);
+  }
+  for (int64_t t = lf; t < l.nt; ++t) FillRow(df + t * nh, w, 0.0f);
+  for (int64_t u = 0; u < lg; ++u) StoreSums(ag.data() + size_t(u) * w, dg + u * nh, w);
+  for (int64_t u = lg; u < l.nu; ++u) FillRow(dg + u * nh, w, 0.0f);
+}
+
+template <class S>
+void BackwardT(const Backward& a) {
+  const Layout& l = a.l;
+  if (l.nh == 0) return;
+  const int64_t cb = column_block(l.nu, l.nh), blocks = (l.nh + cb - 1) / cb;
+  opf::cpu::parallel_for(a.host, l.nb * blocks, [&](int64_t task) {
+    const int64_t b = task / blocks, c0 = (task % blocks) * cb;
+    const size_t w = size_t(std::min(cb, l.nh - c0));
+    std::vector<float> ag, af;
+    if (a.relu) BackwardTask<true, S>(a, b, c0, w, ag, af);
+    else BackwardTask<false, S>(a, b, c0, w, ag, af);
+  });
+}
+
+void RunForward(const Forward& a) {
+  opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
+}
+void RunBackward(const Backward& a) {
+  opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });
+}
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace opf::transducer_joint_cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace opf::transducer_joint_cpu {
+HWY_EXPORT(RunForward);
+HWY_EXPORT(RunBackward);
+HWY_EXPORT(TargetName);
+const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+using namespace opf::cpu;
+
+// f [B, T, H] (argument fi) and g [B, U, H] (argument fi + 1), the lengths and batch_offset
+// (arguments li .. li + 2): checked, the lengths' values included, before anything is written.
+// Returns the layout; rows = the packed row count (batch_offset[B-1], 0 for B = 0).
+Layout check_inputs(const Args& args, int fi, int li, bool packed, int64_t& rows) {
+  const char* e = args.entry();
+  const opf_tensor& f = expect_lead(args, fi, "f", 3, "[B, T, H]");
+  const opf_tensor& g = args.tensor(fi + 1, "g");
+  if (g.ndim != 3) failf("%s: argument %d (g) has %d dims, expected 3 ([B, U, H])", e, fi + 1, g.ndim);
+  const int64_t nb = f.shape[0], nt = f.shape[1], nh = f.shape[2], nu = g.shape[1];
+  expect_shape(args, g, fi + 1, "g", f.dtype, {nb, nu, nh});
+  if (nb * nt * nh > 0 && !f.data) failf("%s: argument %d (f) has no data", e, fi);
+  const auto* fl = static_cast<const int32_t*>(expect_arg(args, li, "f_len", OPF_I32, {nb}).data);
+  const auto* gl = static_cast<const int32_t*>(expect_arg(args, li + 1, "g_len", OPF_I32, {nb}).data);
+  const auto* off = static_cast<const int64_t*>(expect_arg(args, li + 2, "batch_offset", OPF_I64, {nb}).data);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (fl[b] < 0 || fl[b] > nt)
+      failf("%s: f_len[%lld] = %d is outside [0, %lld] (T of f)", e, (long long)b, fl[b], (long long)nt);
+    if (gl[b] < 0 || gl[b] > nu)
+      failf("%s: g_len[%lld] = %d is outside [0, %lld] (U of g)", e, (long long)b, gl[b], (long long)nu);
+  }
+  rows = 0;
+  if (packed)
+    for (int64_t b = 0; b < nb; ++b) {
+      rows += int64_t(fl[b]) * gl[b];
+      if (off[b] != rows)
+        failf("%s: batch_offset[%lld] = %lld, expected %lld (the cumsum of f_len * g_len)", e, (long long)b,
+              (long long)off[b], (long long)rows);
+    }
+  return Layout{nb, nt, nu, nh, fl, gl, off, packed};
+}
+
+// h / grad_h (argument i): [rows, H] packed, [B, T, U, H] unpacked
+const opf_tensor& expect_joint(const Args& args, int i, const char* name, int32_t dtype, const Layout& l,
+                               int64_t rows) {
+  if (l.packed) return expect_arg(args, i, name, dtype, {rows, l.nh});
+  return expect_arg(args, i, name, dtype, {l.nb, l.nt, l.nu, l.nh});
+}
+
+void call(const opf_call* c, bool execute) {
+  const std::string_view entry = c->entry ? c->entry : "";
+  int64_t rows = 0;
+  if (entry == "forward") {
+    const Args args(c, 6, 2);
+    const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
+    const Layout l = check_inputs(args, 0, 2, packed, rows);
+    const opf_tensor& f = args.tensor(0, "f");
+    void* h = expect_joint(args, 5, "h", f.dtype, l, rows).data;
+    if (!execute || l.nb * l.nt * l.nh == 0) return;
+    HWY_DYNAMIC_DISPATCH(RunForward)(Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, h});
+  } else if (entry == "backward") {
+    const Args args(c, 8, 2);
+    const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
+    const Layout l = check_inputs(args, 1, 3, packed, rows);
+    const opf_tensor& f = args.tensor(1, "f");
+    const void* dh = expect_joint(args, 0, "grad_h", f.dtype, l, rows).data;
+    void* df = expect_arg(args, 6, "grad_f", f.dtype, {l.nb, l.nt, l.nh}).data;
+    void* dg = expect_arg(args, 7, "grad_g", f.dtype, {l.nb, l.nu, l.nh}).data;
+    if (!execute || l.nb * l.nh == 0) return;
+    HWY_DYNAMIC_DISPATCH(RunBackward)(
+        Backward{c->host, f.dtype, l, relu, dh, f.data, args.tensor(2, "g").data, df, dg});
+  } else {
+    failf("unknown entry '%.40s' (transducer_joint has forward, backward)", c->entry ? c->entry : "");
+  }
+}
+
+}  // namespace opf::transducer_joint_cpu
+
+OPF_DEFINE_MODULE("transducer_joint", "cpu", opf::transducer_joint_cpu::isa(), opf::transducer_joint_cpu::call)
+#endif  // HWY_ONCE

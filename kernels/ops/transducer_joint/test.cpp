@@ -1,0 +1,429 @@
+// transducer_joint — what the registry sweep cannot state: the bits of both entries (h = the f32
+// sum rounded once, -1 in the unpacked don't-care region; grad_f / grad_g the f32 sums in
+// ascending u / t, checked bitwise against those sums computed here) on random lengths (zero and
+// full included), the same bits at 1-4 threads, grad_h's don't-care region never read (NaN
+// there changes nothing), lengths and batch_offset out of range (one line naming the position,
+// nothing written), NaN / inf through the ReLU, empty batches, and malformed arguments. Seeded
+// inputs (seed printed); outputs poisoned with NaN before every call. Runs the module the loader
+// gives this build (prebuilt or JIT).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opforge/abi.h"
+#include "opforge/call.h"
+#include "opforge/dtype.h"
+#include "opforge/error.h"
+#include "opforge/loader.h"
+
+namespace {
+
+using opf::DType;
+constexpr uint64_t kSeed = 20251203;
+
+const opf_module_info* module() {
+  static const opf_module_info* m = [] {
+    std::printf("seed %llu\n", (unsigned long long)kSeed);
+    return opf::Loader::instance().load(*opf::find_op("transducer_joint"), "cpu").info;
+  }();
+  return m;
+}
+
+struct Buf {
+  DType dt;
+  std::vector<std::byte> bytes;
+  Buf(DType d, size_t n) : dt(d), bytes(n * opf::dtype_size(d)) {}
+  int64_t size() const { return int64_t(bytes.size() / opf::dtype_size(dt)); }
+  double at(int64_t i) const { return opf::load_element(dt, bytes.data(), i); }
+  void set(int64_t i, double v) { opf::store_element(dt, bytes.data(), i, v); }
+  void poison() {
+    for (int64_t i = 0; i < size(); ++i) set(i, std::nan(""));
+  }
+  void* data() { return bytes.data(); }
+};
+
+// The stored value of x in dt (what the kernel's final rounding gives).
+double stored(DType dt, double x) {
+  std::byte b[8];
+  opf::store_element(dt, b, 0, x);
+  return opf::load_element(dt, b, 0);
+}
+
+struct Case {
+  DType dt;
+  int64_t nb, nt, nu, nh;
+  bool relu = false, packed = false;
+  Buf f, g, h, dh, df, dg;
+  std::vector<int32_t> fl, gl;
+  std::vector<int64_t> off;
+
+  Case(DType d, int64_t b, int64_t t, int64_t u, int64_t hh, uint64_t salt = 0)
+      : dt(d), nb(b), nt(t), nu(u), nh(hh), f(d, size_t(b * t * hh)), g(d, size_t(b * u * hh)), h(d, 0), dh(d, 0),
+        df(d, size_t(b * t * hh)), dg(d, size_t(b * u * hh)), fl(size_t(b)), gl(size_t(b)), off(size_t(b)) {
+    std::mt19937_64 rng(kSeed + salt);
+    std::uniform_real_distribution<double> un(0.0, 1.0);
+    auto fill = [&](Buf& x) {
+      for (int64_t i = 0; i < x.size(); ++i) {
+        double v;
+        do v = -1 + 2 * un(rng); while (std::fabs(v) < 1e-3);  // never zero: hides scaling bugs
+        x.set(i, v);
+      }
+    };
+    fill(f);
+    fill(g);
+    for (int64_t i = 0; i < b; ++i) {  // batch 0 full, the last empty in T (if b > 2), the rest random
+      fl[size_t(i)] = i == 0 ? int32_t(t) : i == b - 1 && b > 2 ? 0 : int32_t(rng() % uint64_t(t + 1));
+      gl[size_t(i)] = i == 0 ? int32_t(u) : int32_t(rng() % uint64_t(u + 1));
+    }
+    set_offsets();
+    dh = Buf(d, size_t(joint_rows() * nh));
+    fill(dh);
+    h = Buf(d, size_t(joint_rows() * nh));
+  }
+  void set_offsets() {
+    int64_t s = 0;
+    for (int64_t i = 0; i < nb; ++i) off[size_t(i)] = s += int64_t(fl[size_t(i)]) * gl[size_t(i)];
+  }
+  int64_t packed_rows() const { return nb ? off[size_t(nb - 1)] : 0; }
+  int64_t joint_rows() const { return packed ? packed_rows() : nb * nt * nu; }
+  opf::Shape joint_shape() const { return packed ? opf::Shape{packed_rows(), nh} : opf::Shape{nb, nt, nu, nh}; }
+  // (b, t, u)'s row in h / grad_h; -1: not stored (packed don't-care)
+  int64_t row(int64_t b, int64_t t, int64_t u) const {
+    if (!packed) return (b * nt + t) * nu + u;
+    if (t >= fl[size_t(b)] || u >= gl[size_t(b)]) return -1;
+    return (b ? off[size_t(b - 1)] : 0) + t * gl[size_t(b)] + u;
+  }
+  // Packed and unpacked need their own grad_h / h buffers: call after changing `packed`.
+  void repack() {
+    Buf nd(dt, size_t(joint_rows() * nh));
+    std::mt19937_64 rng(kSeed + 99);
+    std::uniform_real_distribution<double> un(0.5, 1.0);
+    for (int64_t i = 0; i < nd.size(); ++i) nd.set(i, (rng() & 1 ? 1 : -1) * un(rng));
+    dh = nd;
+    h = Buf(dt, size_t(joint_rows() * nh));
+  }
+
+  void common(opf::CallBuilder& b) {
+    b.add("f", f.data(), dt, {nb, nt, nh}).add("g", g.data(), dt, {nb, nu, nh});
+    b.add("f_len", fl.data(), DType::i32, {nb}).add("g_len", gl.data(), DType::i32, {nb});
+    b.add("batch_offset", off.data(), DType::i64, {nb});
+    b.param("relu", relu).param("packed", packed);
+  }
+  int forward(std::string* err = nullptr, int threads = 0) {
+    h.poison();
+    try {
+      opf::CallBuilder b(*opf::find_op("transducer_joint"), "forward");
+      common(b);
+      b.add("h", h.data(), dt, joint_shape()).threads(threads).run(module());
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
+    }
+  }
+  int backward(std::string* err = nullptr, int threads = 0) {
+    df.poison();
+    dg.poison();
+    try {
+      opf::CallBuilder b(*opf::find_op("transducer_joint"), "backward");
+      b.add("grad_h", dh.data(), dt, joint_shape());
+      common(b);
+      b.add("grad_f", df.data(), dt, {nb, nt, nh}).add("grad_g", dg.data(), dt, {nb, nu, nh});
+      b.threads(threads).run(module());
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
+    }
+  }
+
+  float sum(int64_t b, int64_t t, int64_t u, int64_t c) const {
+    return float(f.at((b * nt + t) * nh + c)) + float(g.at((b * nu + u) * nh + c));
+  }
+  void expect_bits(const Buf& got, int64_t i, double want, const char* what) const {
+    const double w = stored(dt, want);
+    EXPECT_TRUE(got.at(i) == w || (std::isnan(w) && std::isnan(got.at(i))))
+        << what << "[" << i << "] = " << got.at(i) << ", want " << w;
+  }
+  void check_forward() const {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t u = 0; u < nu; ++u) {
+          const int64_t r = row(b, t, u);
+          if (r < 0) continue;
+          const bool valid = t < fl[size_t(b)] && u < gl[size_t(b)];
+          for (int64_t c = 0; c < nh; ++c) {
+            const float s = sum(b, t, u, c);
+            expect_bits(h, r * nh + c, !valid ? -1.0 : relu && s < 0 ? 0.0 : double(s), "h");
+            if (::testing::Test::HasFailure()) return;
+          }
+        }
+  }
+  void check_backward() const {
+    std::vector<float> sf(size_t(nb * nt * nh), 0.0f), sg(size_t(nb * nu * nh), 0.0f);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t t = 0; t < fl[size_t(b)]; ++t)
+        for (int64_t u = 0; u < gl[size_t(b)]; ++u)
+          for (int64_t c = 0; c < nh; ++c) {
+            const float x = relu && sum(b, t, u, c) <= 0 ? 0.0f : float(dh.at(row(b, t, u) * nh + c));
+            sf[size_t((b * nt + t) * nh + c)] += x;
+            sg[size_t((b * nu + u) * nh + c)] += x;
+          }
+    for (int64_t i = 0; i < df.size() && !::testing::Test::HasFailure(); ++i) expect_bits(df, i, sf[size_t(i)], "grad_f");
+    for (int64_t i = 0; i < dg.size() && !::testing::Test::HasFailure(); ++i) expect_bits(dg, i, sg[size_t(i)], "grad_g");
+  }
+};
+
+const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// One element, U = 1, prime sizes, H below / across a vector,
+// U large enough that the backward's column block (208) shrinks below H (300 x 250), H over the
+// 1024-column cap (1031).
+TEST(TransducerJoint, EdgeShapesMatchTheContractBitwise) {
+  const int64_t shapes[][4] = {{1, 1, 1, 1},   {1, 1, 1, 17},  {3, 7, 5, 33},  {2, 13, 1, 64},
+                               {4, 5, 11, 17}, {3, 3, 2, 513}, {2, 3, 300, 250}, {5, 2, 3, 1031}};
+  for (DType dt : kDtypes)
+    for (const auto& s : shapes)
+      for (int mode = 0; mode < 4; ++mode) {
+        SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
+                     std::to_string(s[2]) + "x" + std::to_string(s[3]) + " relu " + std::to_string(mode & 1) +
+                     " packed " + std::to_string(mode >> 1));
+        Case c(dt, s[0], s[1], s[2], s[3], uint64_t(mode));
+        c.relu = mode & 1;
+        c.packed = mode >> 1;
+        c.repack();
+        ASSERT_EQ(c.forward(), 0);
+        c.check_forward();
+        ASSERT_EQ(c.backward(), 0);
+        c.check_backward();
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+TEST(TransducerJoint, SameBitsForEveryThreadCount) {
+  for (DType dt : kDtypes)
+    for (int packed = 0; packed < 2; ++packed) {
+      Case c(dt, 3, 6, 200, 700, 5);  // backward column blocks 320, 320, 60
+      c.relu = true;
+      c.packed = packed;
+      c.repack();
+      ASSERT_EQ(c.forward(nullptr, 1), 0);
+      ASSERT_EQ(c.backward(nullptr, 1), 0);
+      c.check_forward();
+      c.check_backward();
+      const auto h1 = c.h.bytes, f1 = c.df.bytes, g1 = c.dg.bytes;
+      for (int threads : {2, 3, 4}) {
+        ASSERT_EQ(c.forward(nullptr, threads), 0);
+        ASSERT_EQ(c.backward(nullptr, threads), 0);
+        EXPECT_TRUE(c.h.bytes == h1 && c.df.bytes == f1 && c.dg.bytes == g1)
+            << opf::dtype_name(dt) << " packed " << packed << ", " << threads << " threads";
+      }
+    }
+}
+
+// An h of at least stream_min_bytes (32 MiB) is written with streaming stores: the same bits,
+// rows not aligned to a vector (H = 1031), the -1 fill streamed too.
+TEST(TransducerJoint, LargeOutputIsStreamedWithTheSameBits) {
+  Case c(DType::f32, 2, 64, 64, 1031, 11);
+  c.relu = true;
+  ASSERT_GE(c.h.bytes.size(), size_t(32) << 20);
+  ASSERT_EQ(c.forward(nullptr, 2), 0);
+  c.check_forward();
+}
+
+// grad_h's don't-care region (unpacked) is never read: NaN there leaves every output finite.
+TEST(TransducerJoint, BackwardIgnoresTheDontCareRegion) {
+  for (DType dt : kDtypes) {
+    Case c(dt, 4, 9, 6, 40, 3);
+    c.fl = {9, 4, 0, 7};
+    c.gl = {6, 2, 5, 0};
+    c.set_offsets();
+    int64_t poisoned = 0;
+    for (int64_t b = 0; b < c.nb; ++b)
+      for (int64_t t = 0; t < c.nt; ++t)
+        for (int64_t u = 0; u < c.nu; ++u)
+          if (t >= c.fl[size_t(b)] || u >= c.gl[size_t(b)])
+            for (int64_t k = 0; k < c.nh; ++k, ++poisoned) c.dh.set(c.row(b, t, u) * c.nh + k, std::nan(""));
+    ASSERT_GT(poisoned, 0);
+    ASSERT_EQ(c.backward(), 0);
+    c.check_backward();
+    for (int64_t i = 0; i < c.df.size(); ++i) ASSERT_TRUE(std::isfinite(c.df.at(i))) << "grad_f " << i;
+    for (int64_t i = 0; i < c.dg.size(); ++i) ASSERT_TRUE(std::isfinite(c.dg.at(i))) << "grad_g " << i;
+    // batch 2 (f_len 0) and 3 (g_len 0): all zeros
+    for (int64_t i = 2 * 9 * 40; i < 4 * 9 * 40; ++i) ASSERT_EQ(c.df.at(i), 0.0) << i;
+    for (int64_t i = 2 * 6 * 40; i < 4 * 6 * 40; ++i) ASSERT_EQ(c.dg.at(i), 0.0) << i;
+  }
+}
+
+// NaN and inf in f reach only their column of their t's rows; the ReLU keeps NaN, zeroes -inf;
+// the backward passes grad_h where f + g is NaN (not <= 0) and drops it where it is -inf.
+TEST(TransducerJoint, NonFiniteValuesStayInTheirColumn) {
+  for (DType dt : kDtypes) {
+    Case c(dt, 2, 5, 4, 19, 8);
+    c.relu = true;
+    c.fl = {5, 3};
+    c.gl = {4, 4};
+    c.set_offsets();
+    c.f.set((0 * 5 + 2) * 19 + 7, std::nan(""));
+    c.f.set((1 * 5 + 1) * 19 + 3, -std::numeric_limits<double>::infinity());
+    ASSERT_EQ(c.forward(), 0);
+    c.check_forward();
+    for (int64_t u = 0; u < 4; ++u) {
+      EXPECT_TRUE(std::isnan(c.h.at(c.row(0, 2, u) * 19 + 7)));
+      EXPECT_EQ(c.h.at(c.row(1, 1, u) * 19 + 3), 0.0);
+    }
+    ASSERT_EQ(c.backward(), 0);
+    c.check_backward();
+  }
+}
+
+TEST(TransducerJoint, EmptyBatchAndEmptyDims) {
+  for (DType dt : kDtypes)
+    for (int packed = 0; packed < 2; ++packed) {
+      for (const auto& s : {std::vector<int64_t>{0, 3, 2, 8}, {2, 0, 3, 8}, {2, 3, 0, 8}, {2, 3, 4, 0}}) {
+        Case c(dt, s[0], s[1], s[2], s[3]);
+        c.packed = packed;
+        c.repack();
+        std::string err;
+        ASSERT_EQ(c.forward(&err), 0) << err;
+        ASSERT_EQ(c.backward(&err), 0) << err;
+        c.check_forward();
+        c.check_backward();
+      }
+    }
+}
+
+TEST(TransducerJoint, LengthsOutOfRangeNameThePositionAndWriteNothing) {
+  struct Bad {
+    int which;  // 0: f_len, 1: g_len, 2: batch_offset (packed)
+    int64_t value;
+    std::string want;
+  };
+  const Bad bad[] = {{0, 8, "f_len[2] = 8 is outside [0, 7] (T of f)"},
+                     {0, -1, "f_len[2] = -1 is outside [0, 7] (T of f)"},
+                     {1, 6, "g_len[2] = 6 is outside [0, 5] (U of g)"},
+                     {1, std::numeric_limits<int32_t>::min(), "g_len[2] = -2147483648 is outside [0, 5] (U of g)"},
+                     {2, 1, "batch_offset[2] = 1, expected"}};
+  for (DType dt : kDtypes)
+    for (const Bad& b : bad) {
+      Case c(dt, 4, 7, 5, 12);
+      c.packed = b.which == 2;
+      c.repack();
+      if (b.which == 0) c.fl[2] = int32_t(b.value);
+      if (b.which == 1) c.gl[2] = int32_t(b.value);
+      if (b.which == 2) c.off[2] = b.value;
+      for (int backward = 0; backward < 2; ++backward) {
+        std::string err;
+        EXPECT_NE(backward ? c.backward(&err) : c.forward(&err), 0);
+        const std::string entry = backward ? "backward: " : "forward: ";
+        EXPECT_NE(err.find(entry + b.want), std::string::npos) << err;
+        EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+        if (!backward)
+          for (int64_t i = 0; i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << "h written despite the error";
+        for (int64_t i = 0; backward && i < c.df.size(); ++i) ASSERT_TRUE(std::isnan(c.df.at(i))) << "grad_f written";
+        for (int64_t i = 0; backward && i < c.dg.size(); ++i) ASSERT_TRUE(std::isnan(c.dg.at(i))) << "grad_g written";
+      }
+    }
+  // unpacked, batch_offset is not read: a wrong one is no error (apex ignores it too)
+  Case c(DType::f32, 3, 4, 5, 6);
+  c.off = {-5, 1000, 7};
+  ASSERT_EQ(c.forward(), 0);
+  c.check_forward();
+}
+
+TEST(TransducerJoint, BadArgumentsFailWithAOneLineReason) {
+  Case c(DType::f32, 2, 3, 4, 5);
+  std::vector<int64_t> len64(2, 1);
+  Buf g16(DType::f16, 2 * 4 * 5), gwide(DType::f32, 2 * 4 * 6), h(DType::f32, 2 * 3 * 4 * 5);
+  std::vector<int32_t> i32(2 * 3 * 5);
+  auto run = [&](const std::function<void(opf::CallBuilder&)>& build) {
+    try {
+      opf::CallBuilder b(*opf::find_op("transducer_joint"), "forward");
+      build(b);
+      b.run(module());
+      return std::string();
+    } catch (const opf::Error& e) {
+      return std::string(e.what());
+    }
+  };
+  auto rest = [&](opf::CallBuilder& b) {
+    b.add("f_len", c.fl.data(), DType::i32, {2}).add("g_len", c.gl.data(), DType::i32, {2});
+    b.add("batch_offset", c.off.data(), DType::i64, {2});
+  };
+  struct Bad {
+    const char* what;
+    std::function<void(opf::CallBuilder&)> build;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {"g dtype", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", g16.data(), DType::f16, {2, 4, 5});
+         rest(b);
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(g) has dtype f16, expected f32"},
+      {"g H", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", gwide.data(), DType::f32, {2, 4, 6});
+         rest(b);
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(g) has size 6 in dim 2, expected 5"},
+      {"f int", [&](opf::CallBuilder& b) {
+         b.add("f", i32.data(), DType::i32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
+         rest(b);
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(f) must be a 3-D f32/f16/bf16 tensor"},
+      {"f_len i64", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
+         b.add("f_len", len64.data(), DType::i64, {2}).add("g_len", c.gl.data(), DType::i32, {2});
+         b.add("batch_offset", c.off.data(), DType::i64, {2});
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(f_len) has dtype i64, expected i32"},
+      {"g_len length", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
+         b.add("f_len", c.fl.data(), DType::i32, {2}).add("g_len", c.gl.data(), DType::i32, {1});
+         b.add("batch_offset", c.off.data(), DType::i64, {2});
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(g_len) has size 1 in dim 0, expected 2"},
+      {"h shape", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
+         rest(b);
+         b.add("h", h.data(), DType::f32, {2, 4, 3, 5});
+       }, "(h) has size 4 in dim 1, expected 3"},
+      {"packed h rows", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
+         rest(b);
+         b.param("packed", 1);
+         b.add("h", h.data(), DType::f32, {c.packed_rows() + 1, 5});
+       }, "(h) has size"},
+      {"g 2-D", [&](opf::CallBuilder& b) {
+         b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {8, 5});
+         rest(b);
+         b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
+       }, "(g) has 2 dims, expected 3"},
+  };
+  for (const Bad& b : bad) {
+    h.poison();
+    const std::string err = run(b.build);
+    EXPECT_NE(err.find(b.needle), std::string::npos) << b.what << ": " << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    for (int64_t i = 0; i < h.size(); ++i) ASSERT_TRUE(std::isnan(h.at(i))) << b.what << ": h written";
+  }
+  const opf_module_info* m = module();
+  opf_call raw{"sideways", nullptr, 0, nullptr, 0, nullptr, nullptr};
+  char msg[256] = "";
+  EXPECT_NE(m->run(m, &raw, msg, sizeof msg), 0);
+  EXPECT_NE(std::string(msg).find("sideways"), std::string::npos) << msg;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
