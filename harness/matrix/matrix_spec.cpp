@@ -21,7 +21,8 @@ struct Ctx {
     const auto& s = n.source().begin;
     return path + ":" + std::to_string(s.line) + ":" + std::to_string(s.column);
   }
-  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const { throw Error(at(n) + ": " + msg); }
+  // msg may quote names from the file: one_line keeps the error on one line whatever they hold
+  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const { throw Error(at(n) + ": " + one_line(msg)); }
 
   // "@ops" -> every op option, "@backends" -> every declared backend's option, else the name.
   std::vector<std::string> expand(const std::string& key, const toml::node& where) const {

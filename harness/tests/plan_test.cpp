@@ -155,6 +155,10 @@ TEST(Plan, BadMatrixFilesNameFileLineAndProblem) {
   // toml++ quotes the bad text, newline included (found by fuzz_matrix_toml): escaped, one line
   expect_error("[run]\ncallgrind = fa\n", "bad.toml:2:");
   expect_error("[run]\ncallgrind = fa\n", "\\x0a");
+  // opforge's own messages quote names from the file too: a newline in one (found by the long run)
+  expect_error("[[axis]]\noption = \"mode\"\n[[axis]]\noption = \"fuzz\"\n[generate]\nmethod = \"pairwise\"\n"
+               "constraints = [\"enabled-op\\nx\"]\n",
+               "unknown constraint 'enabled-op\\x0ax'");
 }
 
 // The callgrind switch survives plan.json (what --resume and --cell runs read back).
