@@ -12,6 +12,11 @@
 //            column block depends on U and H alone.
 // The ReLU mask of the backward is recomputed from f + g (one add, same sign as the forward's sum):
 // f and g are T + U rows per batch instead of a saved [B, T, U] mask or h.
+// First line of the TU on purpose, as every op's: the JIT recognises it and compiles with the
+// precompiled header built with the same option (the kernels here only add, so it changes no bits).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #ifndef OPF_TUNE_COLUMN_BLOCK
 #define OPF_TUNE_COLUMN_BLOCK 1024  // widest backward column block (grad_g sums: U x this f32)
 #endif
