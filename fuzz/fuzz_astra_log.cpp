@@ -1,4 +1,5 @@
-// libFuzzer target: the ASTRA-sim log reader (opforge chakra timeline --log), both modes. Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the ASTRA-sim log reader (opforge chakra timeline --log), both modes. Built with -Dfuzz=enabled
+// (clang); run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include "astra_log.h"

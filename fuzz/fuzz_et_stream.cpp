@@ -1,4 +1,5 @@
-// libFuzzer target: the .et stream reader, then the validator and the simulator on what it read. Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the .et stream reader, then the validator and the simulator on what it read. Built with
+// -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include "et_load.h"

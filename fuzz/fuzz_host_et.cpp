@@ -1,4 +1,5 @@
-// libFuzzer target: the host ET / linked JSON reader (opforge chakra convert's input). Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the host ET / linked JSON reader (opforge chakra convert's input). Built with -Dfuzz=enabled
+// (clang); run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include "host_et.h"

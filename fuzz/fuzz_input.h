@@ -41,8 +41,7 @@ inline const std::string& write_scratch(const uint8_t* data, size_t size, const 
 inline void check_error(const opf::Error& e, std::string_view origin) {
   const std::string_view what = e.what();
   if (what.find('\n') != std::string_view::npos || what.find(origin) == std::string_view::npos) {
-    std::fprintf(stderr, "reader error is not one line naming %.*s: %s\n", int(origin.size()), origin.data(),
-                 e.what());
+    std::fprintf(stderr, "reader error is not one line naming %.*s: %s\n", int(origin.size()), origin.data(), e.what());
     std::abort();
   }
 }

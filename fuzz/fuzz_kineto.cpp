@@ -1,4 +1,5 @@
-// libFuzzer target: the Kineto trace reader (opforge chakra link's device-side input). Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the Kineto trace reader (opforge chakra link's device-side input). Built with -Dfuzz=enabled
+// (clang); run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include "kineto_trace.h"

@@ -1,4 +1,5 @@
-// libFuzzer target: the build-matrix TOML reader (opforge matrix), against the repo's options and manifest. Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the build-matrix TOML reader (opforge matrix), against the repo's options and manifest. Built with
+// -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -1,4 +1,5 @@
-// libFuzzer target: the .npy reader (opforge op --in), in memory. Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the .npy reader (opforge op --in), in memory. Built with -Dfuzz=enabled (clang); run by `meson test
+// --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include <string>

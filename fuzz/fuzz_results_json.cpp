@@ -1,4 +1,5 @@
-// libFuzzer target: the results/baseline JSON readers (opforge gate, merge). Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the results/baseline JSON readers (opforge gate, merge). Built with -Dfuzz=enabled (clang); run by
+// `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -1,4 +1,5 @@
-// libFuzzer target: the ASTRA-sim text workload reader (opforge chakra from-text). Built with -Dfuzz=enabled (clang); run by `meson test --suite fuzz`.
+// libFuzzer target: the ASTRA-sim text workload reader (opforge chakra from-text). Built with -Dfuzz=enabled (clang);
+// run by `meson test --suite fuzz`.
 #include <cstddef>
 #include <cstdint>
 #include "text_workload.h"

@@ -26,28 +26,37 @@ void add_ab_command(CLI::App& app) {
     bool no_instructions = false, no_restage = false;
   };
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("ab", "A/B two builds on this machine: benchmarks interleaved round by round, paired verdicts; "
-                                       "exit 0 same, 1 confirmed regression, 2 bad input");
+  auto* sub =
+      app.add_subcommand("ab",
+                         "A/B two builds on this machine: benchmarks interleaved round by round, paired verdicts; "
+                         "exit 0 same, 1 confirmed regression, 2 bad input");
   sub->add_option("--base", a->o.base, "Base: a git revision, a source directory or a build directory")->required();
   sub->add_option("--head", a->o.head, "Head: a git revision, a source directory or a build directory")->required();
-  sub->add_option("--out", a->o.out, "Directory for ab.json, ab.md, logs and the builds (reused by later runs)")->required();
+  sub->add_option("--out", a->o.out, "Directory for ab.json, ab.md, logs and the builds (reused by later runs)")
+      ->required();
   sub->add_option("--op", a->o.ops, "Only this op (repeatable); the builds enable only these ops");
-  sub->add_option("--filter", a->o.filter, "Only benchmarks whose name matches this regex (the probes always run, as controls)");
+  sub->add_option("--filter", a->o.filter,
+                  "Only benchmarks whose name matches this regex (the probes always run, as controls)");
   sub->add_flag("--with-peers", a->o.peers, "Also time the peer libraries (controls: the same code in both builds)");
   sub->add_option("--rounds", a->o.rounds, "Paired rounds per benchmark (default 10)");
-  sub->add_option("--repeat", a->o.repeat, "Independent verdicts per benchmark, each from --rounds rounds (false-alarm studies; default 1)");
-  sub->add_option("--block-seconds", a->o.block_seconds, "Each timed block runs the kernel for at least this long (default 0.1)");
+  sub->add_option("--repeat", a->o.repeat,
+                  "Independent verdicts per benchmark, each from --rounds rounds (false-alarm studies; default 1)");
+  sub->add_option("--block-seconds", a->o.block_seconds,
+                  "Each timed block runs the kernel for at least this long (default 0.1)");
   sub->add_option("--threshold", a->o.threshold, "Relative change that matters (default 0.05)");
   sub->add_option("--alpha", a->o.alpha, "1 - coverage of the median ratio's interval (default 0.05)");
-  sub->add_option("--instr-threshold", a->o.instr_threshold, "Relative instruction-count change that fails (default 0.01)");
+  sub->add_option("--instr-threshold", a->o.instr_threshold,
+                  "Relative instruction-count change that fails (default 0.01)");
   sub->add_flag("--no-instructions", a->no_instructions, "Skip the callgrind instruction counts");
-  sub->add_flag("--no-restage", a->no_restage, "Keep each case's buffers for all rounds (default: new buffers every round, "
-                                               "so a process's page placement is noise, not a bias)");
+  sub->add_flag("--no-restage", a->no_restage,
+                "Keep each case's buffers for all rounds (default: new buffers every round, "
+                "so a process's page placement is noise, not a bias)");
   sub->add_option("--repo", a->o.repo, "Git repository revisions are read from (default: this opforge's source tree)");
   sub->add_option("-D", a->o.meson_options, "Extra Meson option for both builds (KEY=VALUE, repeatable)");
   sub->add_option("--base-env", a->base_env, "KEY=VALUE for the base build's benchmark process (repeatable)");
-  sub->add_option("--head-env", a->head_env, "KEY=VALUE for the head build's benchmark process (repeatable; e.g. "
-                                             "OPFORGE_AB_SLOWDOWN='rms_norm/=0.10' to calibrate)");
+  sub->add_option("--head-env", a->head_env,
+                  "KEY=VALUE for the head build's benchmark process (repeatable; e.g. "
+                  "OPFORGE_AB_SLOWDOWN='rms_norm/=0.10' to calibrate)");
   sub->add_flag("--force", a->o.force, "Replace an existing OUT/ab.json");
   sub->add_flag("--no-build", a->o.no_build, "Use build directories as they are (no ninja run in them)");
   on_run(sub, [a] {

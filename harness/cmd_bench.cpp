@@ -40,8 +40,9 @@ void add_bench_command(CLI::App& app) {
     std::vector<std::string> extra;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("bench", "Run the benchmarks (ours, peers, bandwidth probe); write google-benchmark "
-                                          "JSON under results/ and print GB/s, % of triad bandwidth and ratio vs peers");
+  auto* sub = app.add_subcommand("bench",
+                                 "Run the benchmarks (ours, peers, bandwidth probe); write google-benchmark "
+                                 "JSON under results/ and print GB/s, % of triad bandwidth and ratio vs peers");
   sub->add_option("--op", o->filter.op, "only this op (manifest name)");
   sub->add_option("--backend", o->filter.backend, "only this backend (cpu, cuda, hip); peers always run");
   sub->add_option("--dtype", o->filter.dtype, "only this storage dtype (f32, f16, bf16)");
@@ -49,14 +50,15 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--out", o->out, "JSON file to write (default: <source>/results/bench/<utc-stamp>.json)");
   sub->add_flag("--force", o->force, "overwrite --out if it exists");
-  sub->add_option("--cache-dir", o->cache_dir, "JIT cache root (default: $OPFORGE_CACHE_DIR, $XDG_CACHE_HOME/opforge, ~/.cache/opforge)");
-  sub->add_option("benchmark_args", o->extra, "after --: passed to google-benchmark (e.g. -- --benchmark_repetitions=5)");
+  sub->add_option("--cache-dir", o->cache_dir,
+                  "JIT cache root (default: $OPFORGE_CACHE_DIR, $XDG_CACHE_HOME/opforge, ~/.cache/opforge)");
+  sub->add_option("benchmark_args", o->extra,
+                  "after --: passed to google-benchmark (e.g. -- --benchmark_repetitions=5)");
   on_run(sub, [o] {
     namespace fs = std::filesystem;
     o->filter.validate();
-    const fs::path out = o->out.empty()
-                             ? fs::path(build::source_root()) / "results" / "bench" / (utc_stamp() + ".json")
-                             : fs::absolute(o->out);
+    const fs::path out = o->out.empty() ? fs::path(build::source_root()) / "results" / "bench" / (utc_stamp() + ".json")
+                                        : fs::absolute(o->out);
     std::error_code ec;
     if (fs::exists(out, ec) && !o->force)
       throw Error("refusing to overwrite " + out.string() + " (pass --force, or choose another --out)");

@@ -181,7 +181,8 @@ void add_chakra_command(CLI::App& app) {
     auto jobs = std::make_shared<int>(0);
     auto sim = std::make_shared<bool>(false);
     auto log = std::make_shared<std::string>();
-    sub->add_option("files", *files, "IN OUT pairs (.json or .json.gz in; OUT ending in .gz is gzip-compressed)")->required();
+    sub->add_option("files", *files, "IN OUT pairs (.json or .json.gz in; OUT ending in .gz is gzip-compressed)")
+        ->required();
     sub->add_option("--compat", *compat, "'reference': reproduce the MLCommons converter byte for byte, bugs included");
     sub->add_option("-j,--jobs", *jobs, "convert this many pairs in parallel (default: one per core)");
     sub->add_flag("--simulate", *sim, "run the reference's simple simulation after writing (log lines)");
@@ -220,7 +221,8 @@ void add_chakra_command(CLI::App& app) {
     sub->add_option("in", *in, ".et file (with --timeline: one per rank, PREFIX.<rank>.et)")->required();
     sub->add_option("--compat", *compat, "'reference': a size-0 record ends the stream");
     sub->add_option("--log", *log, "write reference-format log lines here instead of stdout");
-    sub->add_option("--timeline", *timeline, "write the schedule as Chrome-trace / Perfetto JSON (µs) instead of log lines");
+    sub->add_option("--timeline", *timeline,
+                    "write the schedule as Chrome-trace / Perfetto JSON (µs) instead of log lines");
     on_run(sub, [=] { return run_simulate(*in, *compat, *log, *timeline); });
   }
   {

@@ -25,7 +25,8 @@ std::string stem_of(const std::string& path) {
 }  // namespace
 
 void add_chakra_text_command(CLI::App& chakra) {
-  auto* sub = chakra.add_subcommand("from-text", "ASTRA-sim text workload -> Chakra .et, one file per NPU (PREFIX.<npu>.et)");
+  auto* sub =
+      chakra.add_subcommand("from-text", "ASTRA-sim text workload -> Chakra .et, one file per NPU (PREFIX.<npu>.et)");
   struct Args {
     std::vector<std::string> workloads;
     std::string out, compat;

@@ -36,8 +36,8 @@ void add_clean_command(CLI::App& app) {
       std::printf("%s %-6s %-24s %-5s %8.1f KiB  %s\n", verb, it.kind.c_str(), it.op.c_str(), it.backend.c_str(),
                   double(it.bytes) / 1024.0, it.path.c_str());
     }
-    std::printf("%s %zu item(s), %.1f MiB, in %s\n", *dry_run ? "would remove" : "removed", items.size() - size_t(failed),
-                double(bytes) / (1024.0 * 1024.0), root.c_str());
+    std::printf("%s %zu item(s), %.1f MiB, in %s\n", *dry_run ? "would remove" : "removed",
+                items.size() - size_t(failed), double(bytes) / (1024.0 * 1024.0), root.c_str());
     return failed ? 1 : 0;
   });
 }

@@ -33,7 +33,8 @@ int do_gate(const GateArgs& a) {
       throw Error("gate: --threshold and --alpha must be fractions in (0, 1)");
     auto cur = read_gate_input(locate(a.current, a.source));
     if (!a.write_baseline.empty()) {
-      if (files::exists(a.write_baseline)) throw Error(a.write_baseline + ": exists; not overwriting a baseline (remove it first)");
+      if (files::exists(a.write_baseline))
+        throw Error(a.write_baseline + ": exists; not overwriting a baseline (remove it first)");
       files::write_atomic(a.write_baseline, json::dump(baseline_json(cur)));
       std::printf("%s: baseline with %zu benchmarks, %zu tests, %zu Chakra traces, %zu instruction counts\n",
                   a.write_baseline.c_str(), cur.bench.size(), cur.tests.size(), cur.chakra.size(), cur.instr.size());
@@ -65,13 +66,16 @@ int do_gate(const GateArgs& a) {
 
 void add_gate_command(CLI::App& app) {
   auto a = std::make_shared<GateArgs>();
-  auto* g = app.add_subcommand("gate", "Compare a run with a baseline: exit 0 same, 1 confirmed regression, 2 bad input");
-  g->add_option("--baseline", a->baseline, "Baseline run (directory or name under results/runs/) or opforge.baseline/1 file");
+  auto* g =
+      app.add_subcommand("gate", "Compare a run with a baseline: exit 0 same, 1 confirmed regression, 2 bad input");
+  g->add_option("--baseline", a->baseline,
+                "Baseline run (directory or name under results/runs/) or opforge.baseline/1 file");
   g->add_option("--current", a->current, "Current run (directory or name) or baseline-format file");
   g->add_option("--threshold", a->threshold, "Relative change that matters (default 0.05 = 5 %)");
   g->add_option("--alpha", a->alpha, "Significance level of the Mann-Whitney U test (default 0.05)");
   g->add_option("--instr-threshold", a->instr_threshold, "Relative instruction-count change that fails (default 0.01)");
-  g->add_option("--timing", a->timing, "gate (default): SLOWER fails; advisory: timing reported only (noisy shared runners)");
+  g->add_option("--timing", a->timing,
+                "gate (default): SLOWER fails; advisory: timing reported only (noisy shared runners)");
   g->add_option("--overrides", a->overrides, "TOML file of per-benchmark thresholds / ignores ([[override]])");
   g->add_option("--markdown", a->markdown, "Also write the Markdown summary here");
   g->add_option("--write-baseline", a->write_baseline, "Write --current as an opforge.baseline/1 file and exit");

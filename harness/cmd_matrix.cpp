@@ -40,19 +40,22 @@ void print_plan(const Plan& p) {
     std::printf("axes  %s\n", axes.c_str());
     int pw = 0;
     for (const auto& c : p.cells) pw += c.origin == "pairwise";
-    std::printf("size  cartesian product %.0f cells; pairwise %d cells + %zu named = %zu planned",
-                p.cartesian, pw, p.cells.size() - size_t(pw), p.cells.size());
+    std::printf("size  cartesian product %.0f cells; pairwise %d cells + %zu named = %zu planned", p.cartesian, pw,
+                p.cells.size() - size_t(pw), p.cells.size());
     if (p.pairs_total)
       std::printf("; %lld of %lld value pairs covered (%lld infeasible under the rules)",
-                  (long long)(p.pairs_total - p.pairs_infeasible), (long long)p.pairs_total, (long long)p.pairs_infeasible);
+                  (long long)(p.pairs_total - p.pairs_infeasible), (long long)p.pairs_total,
+                  (long long)p.pairs_infeasible);
     std::printf("\n");
   }
   std::printf("\n%-12s  %-22s  %-14s  %s\n", "id", "name", "origin", "options");
   for (const auto& c : p.cells)
-    std::printf("%-12s  %-22s  %-14s  %s\n", c.id.c_str(), c.name.c_str(), c.origin.c_str(), options_summary(c.options).c_str());
+    std::printf("%-12s  %-22s  %-14s  %s\n", c.id.c_str(), c.name.c_str(), c.origin.c_str(),
+                options_summary(c.options).c_str());
   if (!p.excluded.empty()) {
     std::printf("\nexcluded (%zu):\n", p.excluded.size());
-    for (const auto& e : p.excluded) std::printf("  %-22s  %s  [%s]\n", e.name.c_str(), e.reason.c_str(), e.where.c_str());
+    for (const auto& e : p.excluded)
+      std::printf("  %-22s  %s  [%s]\n", e.name.c_str(), e.reason.c_str(), e.where.c_str());
   }
 }
 
@@ -115,8 +118,9 @@ int do_run(const RunArgs& a) {
     o.run_dir = a.out;
   }
   auto sum = run_matrix(ps, o);
-  std::printf("run %s: %d of %d cells passed, %d failed%s%s\n", sum.run_dir.c_str(), sum.passed, sum.total - sum.skipped_finished,
-              sum.failed, sum.skipped_finished ? (", " + std::to_string(sum.skipped_finished) + " kept from before").c_str() : "",
+  std::printf("run %s: %d of %d cells passed, %d failed%s%s\n", sum.run_dir.c_str(), sum.passed,
+              sum.total - sum.skipped_finished, sum.failed,
+              sum.skipped_finished ? (", " + std::to_string(sum.skipped_finished) + " kept from before").c_str() : "",
               sum.interrupted ? "; INTERRUPTED (continue with --resume)" : "");
   if (sum.interrupted) return 130;
   return sum.failed ? 1 : 0;
@@ -131,7 +135,8 @@ void add_matrix_command(CLI::App& app) {
   auto* plan = m->add_subcommand("plan", "Print the cells of a matrix (table, --json, or --emit github|slurm)");
   plan->add_option("file", pa->file, "matrices/<name>.toml (or a plan .json)")->required();
   plan->add_flag("--json", pa->json, "The plan as JSON (schema opforge.plan/1)");
-  plan->add_option("--emit", pa->emit, "Hand off to a distributed engine: github (strategy.matrix include list) or slurm (sbatch array)");
+  plan->add_option("--emit", pa->emit,
+                   "Hand off to a distributed engine: github (strategy.matrix include list) or slurm (sbatch array)");
   plan->add_option("--out", pa->out, "--emit github: file to write (default stdout); --emit slurm: directory");
   plan->add_option("--source", pa->source, "Source tree to introspect (default: the one this opforge was built from)");
   on_run(plan, [pa] { return do_plan(*pa); });
@@ -139,12 +144,14 @@ void add_matrix_command(CLI::App& app) {
   auto ra = std::make_shared<RunArgs>();
   auto* run = m->add_subcommand("run", "Build and test every cell of a matrix, recording results under results/runs/");
   run->add_option("file", ra->file, "matrices/<name>.toml or a plan .json");
-  run->add_option("--jobs,-j", ra->jobs, "Cells at a time (the cores are shared among them)")->check(CLI::PositiveNumber);
+  run->add_option("--jobs,-j", ra->jobs, "Cells at a time (the cores are shared among them)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--resume", ra->resume, "Continue an interrupted run (directory or name under results/runs/)");
   run->add_option("--cell", ra->cells, "Run only this cell (id or name); repeatable");
   run->add_flag("--bench", ra->bench, "Run the benchmarks (default: the matrix's [run] bench)");
   run->add_flag("--no-bench", ra->no_bench, "Do not run the benchmarks");
-  run->add_option("--timeout-step", ra->timeout_step, "Seconds allowed to every step (default: the matrix's [run.timeouts])")
+  run->add_option("--timeout-step", ra->timeout_step,
+                  "Seconds allowed to every step (default: the matrix's [run.timeouts])")
       ->check(CLI::PositiveNumber);
   run->add_option("--out", ra->out, "Run directory (default results/runs/<utc-stamp>-<host>); e.g. a per-cell bundle");
   run->add_flag("--keep-builds", ra->keep_builds, "Keep each cell's build directory");

@@ -13,7 +13,8 @@ void add_merge_command(CLI::App& app) {
     std::vector<std::string> bundles;
   };
   auto a = std::make_shared<Args>();
-  auto* m = app.add_subcommand("merge", "Combine per-cell result bundles (matrix run --cell ... --out DIR) into one run");
+  auto* m =
+      app.add_subcommand("merge", "Combine per-cell result bundles (matrix run --cell ... --out DIR) into one run");
   m->add_option("-o,--out", a->out, "The merged run directory (must not exist)")->required();
   m->add_option("bundles", a->bundles, "Bundle run directories")->required();
   on_run(m, [a] {

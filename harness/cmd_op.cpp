@@ -164,9 +164,11 @@ void add_op_command(CLI::App& app) {
   sub->add_option("op", o->op, "op name (opforge ops lists them)")->required();
   sub->add_option("--entry", o->entry, "entry point (default: the op's first, e.g. forward)");
   sub->add_option("--backend", o->backend, "cpu (default), cuda or hip");
-  sub->add_option("--dtype", o->dtype,
-                  "storage dtype T (default: the first float input's; bf16 arguments are read and written as f32 .npy)");
-  sub->add_option("--param", o->params, "NAME=VALUE, repeatable: f64/i64 numbers, bool true|false|1|0, enum choice name")
+  sub->add_option(
+      "--dtype", o->dtype,
+      "storage dtype T (default: the first float input's; bf16 arguments are read and written as f32 .npy)");
+  sub->add_option("--param", o->params,
+                  "NAME=VALUE, repeatable: f64/i64 numbers, bool true|false|1|0, enum choice name")
       ->allow_extra_args(false);
   sub->add_option("--threads", o->threads, "CPU threads (0 = OPFORGE_NUM_THREADS / all cores)");
   sub->add_option("--in", o->ins,

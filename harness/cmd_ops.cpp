@@ -19,7 +19,7 @@ struct Row {
   bool enabled = false, prebuilt = false, compatible = false;
   std::string reason;
   CacheState cache;
-  bool jit_used = false;  // would a load go through the JIT cache?
+  bool jit_used = false;   // would a load go through the JIT cache?
   std::string failed_log;  // compile log of the last failed build of this key, if any
 };
 
@@ -162,10 +162,10 @@ int print_json() {
     o += "    {\"op\": " + json_str(r.op) + ", \"backend\": " + json_str(r.backend) +
          ", \"enabled\": " + (r.enabled ? "true" : "false") + ", \"prebuilt\": " + (r.prebuilt ? "true" : "false") +
          ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json_str(r.reason) +
-         ", \"jit\": " + (r.jit_used ? "true" : "false") +
-         ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) + ", \"present\": " + (r.cache.present ? "true" : "false") +
-         ", \"dir\": " + json_str(r.cache.dir) + ", \"failed_log\": " + json_str(r.failed_log) +
-         ", \"pairs\": " + std::to_string(r.cache.pairs) + ", \"pairs_present\": " + std::to_string(r.cache.pairs_present) + "}}";
+         ", \"jit\": " + (r.jit_used ? "true" : "false") + ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) +
+         ", \"present\": " + (r.cache.present ? "true" : "false") + ", \"dir\": " + json_str(r.cache.dir) +
+         ", \"failed_log\": " + json_str(r.failed_log) + ", \"pairs\": " + std::to_string(r.cache.pairs) +
+         ", \"pairs_present\": " + std::to_string(r.cache.pairs_present) + "}}";
   }
   o += "\n  ]\n}\n";
   std::fputs(o.c_str(), stdout);

@@ -20,7 +20,8 @@ void add_run_command(CLI::App& app) {
     bool no_bench = false;
   };
   auto a = std::make_shared<Args>();
-  auto* r = app.add_subcommand("run", "The main job: default matrix, suites, Chakra regression, report (and gate with --baseline)");
+  auto* r = app.add_subcommand(
+      "run", "The main job: default matrix, suites, Chakra regression, report (and gate with --baseline)");
   r->add_option("--matrix", a->matrix, "Matrix file (default matrices/default.toml, relative to the source tree)");
   r->add_option("--jobs,-j", a->jobs, "Cells at a time")->check(CLI::PositiveNumber);
   r->add_flag("--no-bench", a->no_bench, "Skip the benchmarks");
@@ -37,8 +38,8 @@ void add_run_command(CLI::App& app) {
     if (a->no_bench) o.bench = 0;
     auto sum = matrix::run_matrix(ps, o);
     std::string html = matrix::write_report(sum.run_dir);
-    std::printf("run %s: %d passed, %d failed of %d cells\nreport %s\n", sum.run_dir.c_str(), sum.passed, sum.failed, sum.total,
-                html.c_str());
+    std::printf("run %s: %d passed, %d failed of %d cells\nreport %s\n", sum.run_dir.c_str(), sum.passed, sum.failed,
+                sum.total, html.c_str());
     if (sum.interrupted) return 130;
     int rc = sum.failed ? 1 : 0;
     if (!a->baseline.empty()) {

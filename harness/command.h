@@ -15,9 +15,9 @@ void add_op_command(CLI::App& app);
 void add_clean_command(CLI::App& app);
 void add_test_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
-void add_chakra_command(CLI::App& app);   // only when built with -Dchakra
-void add_chakra_link_commands(CLI::App& chakra);  // link/scale/synth under `opforge chakra`
-void add_chakra_text_command(CLI::App& chakra);   // from-text
+void add_chakra_command(CLI::App& app);               // only when built with -Dchakra
+void add_chakra_link_commands(CLI::App& chakra);      // link/scale/synth under `opforge chakra`
+void add_chakra_text_command(CLI::App& chakra);       // from-text
 void add_chakra_generate_command(CLI::App& chakra);   // generate
 void add_chakra_visualize_command(CLI::App& chakra);  // visualize
 void add_chakra_timeline_command(CLI::App& chakra);   // timeline

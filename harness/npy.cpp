@@ -24,9 +24,8 @@ struct Descr {
   bool boolean;
 };
 constexpr Descr kDescrs[] = {
-    {"<f4", DType::f32, false}, {"<f8", DType::f64, false}, {"<f2", DType::f16, false},
-    {"<i8", DType::i64, false}, {"<i4", DType::i32, false}, {"|u1", DType::u8, false},
-    {"|b1", DType::u8, true},
+    {"<f4", DType::f32, false}, {"<f8", DType::f64, false}, {"<f2", DType::f16, false}, {"<i8", DType::i64, false},
+    {"<i4", DType::i32, false}, {"|u1", DType::u8, false},  {"|b1", DType::u8, true},
 };
 
 std::string supported_list() {
@@ -48,7 +47,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // True/False, tuples of non-negative ints) and reports the file offset of whatever it rejects.
 class HeaderParser {
  public:
-  HeaderParser(std::string_view text, size_t base, const std::string& origin) : h_(text), base_(base), origin_(origin) {}
+  HeaderParser(std::string_view text, size_t base, const std::string& origin)
+      : h_(text), base_(base), origin_(origin) {}
 
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw Error(origin_ + ": byte " + std::to_string(base_ + at) + ": " + what);
@@ -90,7 +90,8 @@ class HeaderParser {
 
   bool boolean_lit(const char* what) {
     ws();
-    for (const auto& [word, v] : {std::pair{std::string_view("True"), true}, std::pair{std::string_view("False"), false}})
+    for (const auto& [word, v] :
+         {std::pair{std::string_view("True"), true}, std::pair{std::string_view("False"), false}})
       if (h_.substr(i_, word.size()) == word) {
         i_ += word.size();
         return v;
@@ -102,7 +103,8 @@ class HeaderParser {
     ws();
     const size_t start = i_;
     if (peek() == '-') fail(start, "field 'shape': dim " + std::to_string(index) + " is negative");
-    if (!(peek() >= '0' && peek() <= '9')) fail(start, "field 'shape': dim " + std::to_string(index) + " is not a non-negative integer");
+    if (!(peek() >= '0' && peek() <= '9'))
+      fail(start, "field 'shape': dim " + std::to_string(index) + " is not a non-negative integer");
     int64_t v = 0;
     while (peek() >= '0' && peek() <= '9') {
       if (__builtin_mul_overflow(v, int64_t(10), &v) || __builtin_add_overflow(v, int64_t(h_[i_] - '0'), &v))
@@ -134,8 +136,9 @@ class HeaderParser {
         continue;
       }
       if (peek() == ')') {
-        if (dims.size() == 1) fail(open, "field 'shape' (" + std::to_string(dims[0]) + ") is not a tuple: write (" +
-                                              std::to_string(dims[0]) + ",)");
+        if (dims.size() == 1)
+          fail(open, "field 'shape' (" + std::to_string(dims[0]) + ") is not a tuple: write (" +
+                         std::to_string(dims[0]) + ",)");
         break;
       }
       if (at_end()) fail(i_, "field 'shape': header ends inside the tuple");
@@ -183,13 +186,14 @@ Array parse(std::string_view b, const std::string& origin) {
   if (b.size() < 8) fail(b.size(), "file ends inside the format version");
   const int major = static_cast<unsigned char>(b[6]), minor = static_cast<unsigned char>(b[7]);
   if (major < 1 || major > 3 || minor != 0)
-    fail(6, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) + " (1.0, 2.0, 3.0 are)");
+    fail(6,
+         "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) + " (1.0, 2.0, 3.0 are)");
   const size_t len_bytes = major == 1 ? 2 : 4, header_at = 8 + len_bytes;
   if (b.size() < header_at) fail(b.size(), "file ends inside the header length field");
   const uint64_t hlen = read_le(b, 8, len_bytes);
   if (hlen > b.size() - header_at)
-    fail(8, "header length " + std::to_string(hlen) + " runs past the end of the file (" +
-                std::to_string(b.size()) + " bytes)");
+    fail(8, "header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(b.size()) +
+                " bytes)");
 
   HeaderParser p(b.substr(header_at, hlen), header_at, origin);
   std::string descr_text;
@@ -258,7 +262,8 @@ Array parse(std::string_view b, const std::string& origin) {
 
   int64_t numel = 1, bytes = 0;
   for (int64_t dim : shape)
-    if (__builtin_mul_overflow(numel, dim, &numel)) p.fail(shape_at, "field 'shape' " + shape_text(shape) + " overflows 64 bits");
+    if (__builtin_mul_overflow(numel, dim, &numel))
+      p.fail(shape_at, "field 'shape' " + shape_text(shape) + " overflows 64 bits");
   if (__builtin_mul_overflow(numel, int64_t(dtype_size(a.dtype)), &bytes))
     p.fail(shape_at, "field 'shape' " + shape_text(shape) + " needs more than 2^63 bytes");
 

@@ -19,9 +19,9 @@
 namespace opf::npy {
 
 struct Array {
-  DType dtype = DType::f32;   // f32, f64, f16, i64, i32 or u8
-  bool boolean = false;       // u8 read from / written as '|b1'
-  std::vector<int64_t> shape; // () is a scalar: one element
+  DType dtype = DType::f32;     // f32, f64, f16, i64, i32 or u8
+  bool boolean = false;         // u8 read from / written as '|b1'
+  std::vector<int64_t> shape;   // () is a scalar: one element
   std::vector<std::byte> data;  // numel() * dtype_size(dtype) bytes, C order, little-endian
 
   int64_t numel() const;

@@ -38,6 +38,6 @@ std::string generate_rank(const GenerateOptions& opt, uint64_t rank);
 // Writes PREFIX.0.et ... PREFIX.<ranks-1>.et, all or none.
 void generate(const GenerateOptions& opt, const std::string& prefix);
 
-const char* generate_kinds();   // "all-types, chain, ..." for help and errors
+const char* generate_kinds();  // "all-types, chain, ..." for help and errors
 
 }  // namespace opf::chakra

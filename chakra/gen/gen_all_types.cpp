@@ -52,7 +52,7 @@ void every_attribute_kind(ChakraProtoMsg::Node& n, Rng& r) {
   attr(n, "bool_val")->set_bool_val(v % 2 == 0);
   auto* bl = attr(n, "bool_list")->mutable_bool_list();
   bl->add_values(true), bl->add_values(false);
-  attr(n, "string_val")->set_string_val("caf\xc3\xa9 \xe2\x82\xac");   // non-ASCII UTF-8
+  attr(n, "string_val")->set_string_val("caf\xc3\xa9 \xe2\x82\xac");  // non-ASCII UTF-8
   auto* sl = attr(n, "string_list")->mutable_string_list();
   sl->add_values(std::string()), sl->add_values(std::string("b"));
   attr(n, "bytes_val")->set_bytes_val(std::string("\x00\xff\x80", 3));
@@ -65,7 +65,7 @@ void all_types(Context& c) {
   const uint64_t ranks = c.opt.ranks;
   const int32_t next_rank = int32_t((c.rank + 1) % ranks), prev_rank = int32_t((c.rank + ranks - 1) % ranks);
   uint64_t start = 0;
-  int64_t last_work = -1, older_work = -1;   // the last two non-METADATA nodes
+  int64_t last_work = -1, older_work = -1;  // the last two non-METADATA nodes
   uint64_t send_size = 0;
   for (uint64_t k = 0; k < c.opt.nodes; ++k) {
     const NT type = kCycle[k % kTypes];
@@ -74,7 +74,7 @@ void all_types(Context& c) {
     if (last_work >= 0) n.add_data_deps(uint64_t(last_work));
     if (older_work >= 0) n.add_ctrl_deps(uint64_t(older_work));
     n.set_start_time_micros(start);
-    uint64_t size = uint64_t(1) << c.shape.between(10, 26);   // same on every rank: sends meet receives
+    uint64_t size = uint64_t(1) << c.shape.between(10, 26);  // same on every rank: sends meet receives
     switch (type) {
       case ChakraProtoMsg::METADATA_NODE:
         if (k == 0) every_attribute_kind(n, c.shape);

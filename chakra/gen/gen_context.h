@@ -22,8 +22,8 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }            // [0, n)
-  uint64_t between(uint64_t lo, uint64_t hi) { return lo + below(hi - lo + 1); }   // [lo, hi]
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }                       // [0, n)
+  uint64_t between(uint64_t lo, uint64_t hi) { return lo + below(hi - lo + 1); }  // [lo, hi]
 
  private:
   uint64_t s_;

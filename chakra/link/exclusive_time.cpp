@@ -37,7 +37,7 @@ std::vector<PyNum> compute_exclusive(const std::vector<TimedOp>& ops, TieOrder o
   for (size_t k = 0; k < n; ++k) {
     PyNum excl = ops[idx[k]].dur;
     bool open = false;
-    PyNum cs, ce;   // current merged region
+    PyNum cs, ce;  // current merged region
     size_t j = k + 1;
     while (j < n && ts[j] <= end[k]) {
       if (end[j] <= end[k]) {

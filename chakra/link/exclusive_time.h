@@ -21,7 +21,7 @@ namespace opf::chakra {
 
 struct TimedOp {
   PyNum ts, dur;
-  uint32_t order = 0;   // final tie-break (file order)
+  uint32_t order = 0;  // final tie-break (file order)
 };
 
 enum class TieOrder { reference, parent_first };

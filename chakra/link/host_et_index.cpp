@@ -52,7 +52,6 @@ bool get_int(dom::element v, int64_t& out) {
   return false;
 }
 
-
 // Where a document-level failure is: structure left open means the text stops early.
 std::string doc_where(simdjson::error_code e, size_t length) {
   if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
@@ -113,14 +112,17 @@ HostEtIndex index_host_et(const std::string& path) {
       const size_t k = h.nodes.size();
       std::string at = where();
       od::value nv;
-      if (auto e = std::move(nr).get(nv)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+      if (auto e = std::move(nr).get(nv))
+        throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
       std::string_view raw;
       od::object nobj;
       if (auto e = nv.get_object().get(nobj)) {
-        if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "node #" + std::to_string(k) + " " + at, "node is not a JSON object");
+        if (e == simdjson::INCORRECT_TYPE)
+          throw InputError(path, "node #" + std::to_string(k) + " " + at, "node is not a JSON object");
         throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
       }
-      if (auto e = nobj.raw_json().get(raw)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+      if (auto e = nobj.raw_json().get(raw))
+        throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
       const std::string loc = "node #" + std::to_string(k) + " (byte " + std::to_string(raw.data() - base) + ")";
       dom::element el;
       if (auto e = node_parser.parse(raw.data(), raw.size(), false).get(el)) throw InputError(path, loc, problem_of(e));
@@ -165,8 +167,9 @@ HostEtIndex index_host_et(const std::string& path) {
       if (!has_id) throw InputError(path, loc, "node has no \"id\"");
       auto [it, fresh] = ids.emplace(n.id, uint32_t(k));
       if (!fresh)
-        throw InputError(path, loc, "duplicate node id " + std::to_string(n.id) + " (also node #" +
-                                        std::to_string(it->second) + ")");
+        throw InputError(
+            path, loc,
+            "duplicate node id " + std::to_string(n.id) + " (also node #" + std::to_string(it->second) + ")");
       h.nodes.push_back(n);
     }
   }

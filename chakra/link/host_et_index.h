@@ -22,12 +22,12 @@ struct HostNodeIndex {
   int64_t id = 0;
   int64_t parent = 0;
   int64_t rf_id = 0;
-  int64_t tid = 0;          // the host "tid" attribute (flat field in 1.0.1), 0 when absent
-  uint64_t begin = 0;       // byte range of the node object in the text
+  int64_t tid = 0;     // the host "tid" attribute (flat field in 1.0.1), 0 when absent
+  uint64_t begin = 0;  // byte range of the node object in the text
   uint32_t length = 0;
   ParentKind parent_kind = ParentKind::absent;
   bool has_rf_id = false;
-  bool flat_schema = false;   // 1.0.1 layout: parent key is "parent"
+  bool flat_schema = false;  // 1.0.1 layout: parent key is "parent"
   std::string_view name;
 };
 
@@ -35,8 +35,8 @@ struct HostEtIndex {
   std::string path;
   PaddedInput text;
   std::string schema;
-  std::vector<HostNodeIndex> nodes;                                   // file order
-  std::vector<std::pair<std::string, std::string_view>> top_level;    // key, raw value text ("nodes": empty)
+  std::vector<HostNodeIndex> nodes;                                 // file order
+  std::vector<std::pair<std::string, std::string_view>> top_level;  // key, raw value text ("nodes": empty)
   StringPool pool;
 };
 

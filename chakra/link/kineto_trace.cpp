@@ -15,10 +15,11 @@ namespace od = simdjson::ondemand;
 
 bool is_kernel_launch_name(std::string_view n) {
   static const std::string_view kNames[] = {
-      "cuLaunchKernel",       "cuLaunchKernelEx",          "cudaLaunchKernel",         "cudaLaunchKernelExC",
-      "cudaMemcpy",           "cudaMemcpyAsync",           "cudaMemcpyFromSymbol",     "cudaMemcpyToSymbol",
-      "cudaLaunchCooperativeKernel", "hipLaunchKernel",    "hipExtLaunchKernel",       "hipExtModuleLaunchKernel",
-      "hipModuleLaunchKernel", "hipMemcpyWithStream",      "hipMemcpyAsync"};
+      "cuLaunchKernel",        "cuLaunchKernelEx",    "cudaLaunchKernel",
+      "cudaLaunchKernelExC",   "cudaMemcpy",          "cudaMemcpyAsync",
+      "cudaMemcpyFromSymbol",  "cudaMemcpyToSymbol",  "cudaLaunchCooperativeKernel",
+      "hipLaunchKernel",       "hipExtLaunchKernel",  "hipExtModuleLaunchKernel",
+      "hipModuleLaunchKernel", "hipMemcpyWithStream", "hipMemcpyAsync"};
   for (auto k : kNames)
     if (n == k) return true;
   return false;
@@ -28,8 +29,8 @@ namespace {
 
 bool is_sync_call_name(std::string_view n, bool& device_wide) {
   device_wide = n == "cudaDeviceSynchronize" || n == "hipDeviceSynchronize";
-  return device_wide || n == "cudaStreamSynchronize" || n == "cudaEventSynchronize" ||
-         n == "hipStreamSynchronize" || n == "hipEventSynchronize";
+  return device_wide || n == "cudaStreamSynchronize" || n == "cudaEventSynchronize" || n == "hipStreamSynchronize" ||
+         n == "hipEventSynchronize";
 }
 
 // A scalar field value kept as what the linker needs: a number (int/float kind preserved) and
@@ -40,8 +41,8 @@ struct Scalar {
   bool is_null = false;
   bool is_string = false;
   PyNum num;
-  std::string_view str;    // unescaped string (valid while the parser lives)
-  std::string json;        // Python-json text
+  std::string_view str;  // unescaped string (valid while the parser lives)
+  std::string json;      // Python-json text
 };
 
 class EventReader {
@@ -67,7 +68,7 @@ class EventReader {
         s.is_number = true;
         switch (n.get_number_type()) {
           case od::number_type::signed_integer: s.num = PyNum::of_int(n.get_int64()); break;
-          case od::number_type::unsigned_integer: return simdjson::NUMBER_OUT_OF_RANGE;   // > int64
+          case od::number_type::unsigned_integer: return simdjson::NUMBER_OUT_OF_RANGE;  // > int64
           default: s.num = PyNum::of_double(n.get_double()); break;
         }
         py_json_num(s.num, s.json);
@@ -92,7 +93,7 @@ class EventReader {
         s.json = b ? "true" : "false";
         return simdjson::SUCCESS;
       }
-      default: return simdjson::SUCCESS;   // object/array: skipped by the iterator
+      default: return simdjson::SUCCESS;  // object/array: skipped by the iterator
     }
   }
 
@@ -134,7 +135,6 @@ std::string problem_of(simdjson::error_code e) {
   }
 }
 
-
 // Where a document-level failure is: structure left open means the text stops early.
 std::string doc_where(simdjson::error_code e, size_t length) {
   if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
@@ -157,8 +157,8 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     throw InputError(path, doc_where(e, in.length), problem_of(e));
   od::object root;
   if (auto e = doc.get_object().get(root))
-    throw InputError(path, doc_where(e, in.length), e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object"
-                                                                                  : problem_of(e));
+    throw InputError(path, doc_where(e, in.length),
+                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
   std::unordered_map<std::string, uint32_t> tid_index;
   bool saw_events = false;
   size_t ev = 0;
@@ -179,7 +179,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     if (auto e = std::move(field_res).get(field)) fail_json(e);
     std::string_view key;
     if (auto e = field.unescaped_key().get(key)) fail_json(e);
-    if (key != "traceEvents") continue;   // value skipped by the iterator
+    if (key != "traceEvents") continue;  // value skipped by the iterator
     od::array events;
     if (auto e = field.value().get_array().get(events)) {
       if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "traceEvents", "is not an array");
@@ -215,7 +215,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
         if (k != "args") continue;
         od::object args;
         if (auto e = f.value().get_object().get(args)) {
-          if (e == simdjson::INCORRECT_TYPE) continue;   // non-object args: ignored like absent
+          if (e == simdjson::INCORRECT_TYPE) continue;  // non-object args: ignored like absent
           fail_json(e);
         }
         for (auto a_res : args) {
@@ -254,17 +254,16 @@ KinetoTrace read_kineto_trace(const std::string& path) {
         continue;
       }
       auto num = [&](const Scalar& s, const char* what) {
-        if (!s.present) return PyNum::of_int(0);   // the reference's default
-        if (!s.is_number) rd.fail(ev, ev_at, std::string("\"") + what + "\" of '" + std::string(nm) + "' is not a number");
+        if (!s.present) return PyNum::of_int(0);  // the reference's default
+        if (!s.is_number)
+          rd.fail(ev, ev_at, std::string("\"") + what + "\" of '" + std::string(nm) + "' is not a number");
         return s.num;
       };
       PyNum t = num(ts, "ts");
       PyNum d = num(dur, "dur");
-      if (d.negative())
-        rd.fail(ev, ev_at, "negative \"dur\" (" + dur.json + ") on '" + std::string(nm) + "'");
+      if (d.negative()) rd.fail(ev, ev_at, "negative \"dur\" (" + dur.json + ") on '" + std::string(nm) + "'");
       int64_t ext_id = kNoExternalId;
-      if (ext.present && !to_int(ext, ext_id))
-        rd.fail(ev, ev_at, "\"External id\" " + ext.json + " is not an integer");
+      if (ext.present && !to_int(ext, ext_id)) rd.fail(ev, ev_at, "\"External id\" " + ext.json + " is not an integer");
       int64_t corr_id = -1;
       if (corr.present && !corr.is_null && !to_int(corr, corr_id))
         rd.fail(ev, ev_at, "\"correlation\" " + corr.json + " is not an integer");

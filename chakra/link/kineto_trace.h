@@ -14,14 +14,14 @@
 
 namespace opf::chakra {
 
-constexpr int64_t kNoExternalId = -1;   // the reference's default for a missing "External id"
+constexpr int64_t kNoExternalId = -1;  // the reference's default for a missing "External id"
 
 // cat in {cpu_op, user_annotation} and the name does not contain "ProfilerStep".
 struct KinetoCpuOp {
   PyNum ts, dur;
-  PyNum exclusive;                 // filled by compute_exclusive_durations
-  uint32_t event = 0;              // index in traceEvents (file order: the stable-sort tie-break)
-  uint32_t tid = 0;                // interned tid (KinetoTrace::tids)
+  PyNum exclusive;     // filled by compute_exclusive_durations
+  uint32_t event = 0;  // index in traceEvents (file order: the stable-sort tie-break)
+  uint32_t tid = 0;    // interned tid (KinetoTrace::tids)
   int64_t external_id = kNoExternalId;
   int64_t rf_id = 0;
   bool has_rf_id = false;
@@ -44,9 +44,9 @@ struct KinetoGpuOp {
   int64_t external_id = kNoExternalId;
   int64_t correlation = -1;
   std::string_view name, cat;
-  std::string_view ph_json;        // Python-json text of "ph" ("null" when absent)
-  std::string_view stream_json;    // Python-json text of args.stream ("null" when absent)
-  std::string_view pg_name_json;   // Python-json text of args["Process Group Name"]; empty if absent
+  std::string_view ph_json;       // Python-json text of "ph" ("null" when absent)
+  std::string_view stream_json;   // Python-json text of args.stream ("null" when absent)
+  std::string_view pg_name_json;  // Python-json text of args["Process Group Name"]; empty if absent
 };
 
 // CUDA/HIP host-side synchronisation calls and the device-side cuda_sync records that say which
@@ -57,7 +57,7 @@ struct KinetoSyncCall {
   uint32_t tid = 0;
   int64_t external_id = kNoExternalId;
   int64_t correlation = -1;
-  bool device_wide = false;        // cudaDeviceSynchronize / hipDeviceSynchronize
+  bool device_wide = false;  // cudaDeviceSynchronize / hipDeviceSynchronize
 };
 struct KinetoSyncRecord {
   int64_t correlation = -1;
@@ -66,14 +66,14 @@ struct KinetoSyncRecord {
 
 struct KinetoTrace {
   std::string path;
-  std::vector<KinetoCpuOp> cpu;          // all sorted by (ts, event) after reading
+  std::vector<KinetoCpuOp> cpu;  // all sorted by (ts, event) after reading
   std::vector<KinetoLaunch> launches;
   std::vector<KinetoGpuOp> gpu;
   std::vector<KinetoSyncCall> sync_calls;
   std::vector<KinetoSyncRecord> sync_records;
-  std::vector<std::string> tids;          // interned tid values (Python-json text), first-seen order
+  std::vector<std::string> tids;  // interned tid values (Python-json text), first-seen order
   // The first "ProfilerStep" annotation (by ts), if any: the window of the sync-dependency pass.
-  std::optional<std::pair<PyNum, PyNum>> first_profiler_step;   // (ts, ts + dur)
+  std::optional<std::pair<PyNum, PyNum>> first_profiler_step;  // (ts, ts + dur)
   size_t events = 0;
   size_t ac2g = 0;
   StringPool pool;

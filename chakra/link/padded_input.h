@@ -7,7 +7,7 @@
 namespace opf::chakra {
 
 struct PaddedInput {
-  std::string buf;   // size() == length + padding
+  std::string buf;  // size() == length + padding
   size_t length = 0;
   const char* data() const { return buf.data(); }
 };

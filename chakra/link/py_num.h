@@ -50,10 +50,8 @@ inline PyNum py_sub(const PyNum& a, const PyNum& b) {
 }
 
 inline void py_json_num(const PyNum& n, std::string& out) {
-  if (n.is_int)
-    out += std::to_string(n.i);
-  else
-    py_json_double(n.d, out);
+  if (n.is_int) out += std::to_string(n.i);
+  else py_json_double(n.d, out);
 }
 
 }  // namespace opf::chakra

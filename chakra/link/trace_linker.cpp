@@ -31,8 +31,10 @@ struct PairHash {
 
 bool contains_nccl_ci(std::string_view s) {
   for (size_t i = 0; i + 4 <= s.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) == 'n' && std::tolower(static_cast<unsigned char>(s[i + 1])) == 'c' &&
-        std::tolower(static_cast<unsigned char>(s[i + 2])) == 'c' && std::tolower(static_cast<unsigned char>(s[i + 3])) == 'l')
+    if (std::tolower(static_cast<unsigned char>(s[i])) == 'n' &&
+        std::tolower(static_cast<unsigned char>(s[i + 1])) == 'c' &&
+        std::tolower(static_cast<unsigned char>(s[i + 2])) == 'c' &&
+        std::tolower(static_cast<unsigned char>(s[i + 3])) == 'l')
       return true;
   return false;
 }
@@ -45,10 +47,10 @@ std::string num_text(const PyNum& n) {
 
 // Matching facts per Kineto CPU op.
 struct CpuLink {
-  int32_t host = kNone;        // host node (index) linked to this Kineto op, last one wins
-  bool has_key = false;        // the op carries a matching key (rf_id or External id - offset)
+  int32_t host = kNone;  // host node (index) linked to this Kineto op, last one wins
+  bool has_key = false;  // the op carries a matching key (rf_id or External id - offset)
   int64_t key = 0;
-  bool has_itd = false;        // inter-thread dependency (key of the op in another thread)
+  bool has_itd = false;  // inter-thread dependency (key of the op in another thread)
   int64_t itd_key = 0;
 };
 
@@ -57,7 +59,7 @@ struct Field {
   std::string_view key;
   bool original = true;
   dom::element value;
-  std::string text;            // Python-json text of an updated value
+  std::string text;  // Python-json text of an updated value
 };
 
 void set_field(std::vector<Field>& fields, std::string_view key, std::string text) {
@@ -83,10 +85,8 @@ bool has_field(const std::vector<Field>& fields, std::string_view key) {
 // pretty: json.dump(indent=4) layout (the reference's); otherwise one node per line in
 // json.dumps' compact layout, a quarter of the bytes.
 void emit_node(const std::vector<Field>& fields, bool pretty, std::string& out) {
-  if (pretty)
-    py_json_indent(2, out);
-  else
-    out.push_back('\n');
+  if (pretty) py_json_indent(2, out);
+  else out.push_back('\n');
   out.push_back('{');
   bool first = true;
   for (auto& f : fields) {
@@ -95,12 +95,9 @@ void emit_node(const std::vector<Field>& fields, bool pretty, std::string& out) 
     if (pretty) py_json_indent(3, out);
     py_json_string(f.key, out);
     out += ": ";
-    if (!f.original)
-      out += f.text;
-    else if (pretty)
-      py_json_element(f.value, 3, out);
-    else
-      py_json_element_compact(f.value, out);
+    if (!f.original) out += f.text;
+    else if (pretty) py_json_element(f.value, 3, out);
+    else py_json_element_compact(f.value, out);
   }
   if (pretty) py_json_indent(2, out);
   out.push_back('}');
@@ -140,7 +137,7 @@ LinkStats link_traces(const LinkOptions& opt) {
   try {
     kt = read_kineto_trace(opt.kineto_path);
   } catch (...) {
-    host_reader.join();   // the Kineto error wins: report one problem, deterministically
+    host_reader.join();  // the Kineto error wins: report one problem, deterministically
     throw;
   }
   host_reader.join();
@@ -172,7 +169,8 @@ LinkStats link_traces(const LinkOptions& opt) {
       const auto& op = kt.cpu[ops[size_t(neg)]];
       throw InputError(opt.kineto_path, "event #" + std::to_string(op.event),
                        "exclusive duration of '" + std::string(op.name) + "' (ts " + num_text(op.ts) + ", dur " +
-                           num_text(op.dur) + ") is below zero: the merged lengths of the ops inside it exceed its duration "
+                           num_text(op.dur) +
+                           ") is below zero: the merged lengths of the ops inside it exceed its duration "
                            "(float rounding); the reference aborts here too");
     }
     for (size_t k = 0; k < ops.size(); ++k) kt.cpu[ops[k]].exclusive = excl[k];
@@ -207,7 +205,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     for (uint32_t i = 0; i < nhost; ++i)
       if (host.nodes[i].has_rf_id) host_by_tid[host.nodes[i].tid].push_back(i);
     for (auto& [tid, members] : host_by_tid) {
-      std::vector<std::pair<size_t, uint32_t>> rare;   // (occurrences in Kineto, host node)
+      std::vector<std::pair<size_t, uint32_t>> rare;  // (occurrences in Kineto, host node)
       for (uint32_t i : members) {
         auto it = exts_of_name.find(host.nodes[i].name);
         if (it != exts_of_name.end()) rare.emplace_back(it->second.size(), i);
@@ -222,9 +220,11 @@ LinkStats link_traces(const LinkOptions& opt) {
       }
       std::vector<std::pair<size_t, int64_t>> cands;
       for (auto& [d, v] : votes) cands.emplace_back(v, d);
-      std::sort(cands.begin(), cands.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : std::llabs(a.second) < std::llabs(b.second); });
+      std::sort(cands.begin(), cands.end(), [](auto& a, auto& b) {
+        return a.first != b.first ? a.first > b.first : std::llabs(a.second) < std::llabs(b.second);
+      });
       if (cands.size() > 8) cands.resize(8);
-      for (int64_t d : {0, 1}) cands.emplace_back(0, d);   // the documented cases, if nothing better
+      for (int64_t d : {0, 1}) cands.emplace_back(0, d);  // the documented cases, if nothing better
       size_t best = 0;
       int64_t best_d = 0;
       for (auto& [v, d] : cands) {
@@ -380,7 +380,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     };
     std::sort(all_by_end.begin(), all_by_end.end(), end_less);
     for (auto& [k, v] : by_stream_end) std::sort(v.begin(), v.end(), end_less);
-    std::vector<std::pair<int64_t, std::vector<int64_t>>> sync_deps;   // end External id -> start External ids
+    std::vector<std::pair<int64_t, std::vector<int64_t>>> sync_deps;  // end External id -> start External ids
     for (auto& call : kt.sync_calls) {
       PyNum call_end = py_add(call.ts, call.dur);
       if (call.ts < ws || we < call_end || call.external_id == kNoExternalId) continue;
@@ -436,7 +436,7 @@ LinkStats link_traces(const LinkOptions& opt) {
   std::vector<uint8_t> eligible(nhost, 1);
   if (compat) {
     // only the subtree of node id 1 (the process root) is linked by the reference
-    std::vector<uint8_t> state(nhost, 0);   // 0 unknown, 1 under root, 2 not, 3 on the current walk
+    std::vector<uint8_t> state(nhost, 0);  // 0 unknown, 1 under root, 2 not, 3 on the current walk
     std::vector<uint32_t> path;
     for (uint32_t s = 0; s < nhost; ++s) {
       path.clear();
@@ -447,7 +447,7 @@ LinkStats link_traces(const LinkOptions& opt) {
           verdict = state[cur];
           break;
         }
-        if (state[cur] == 3) break;   // parent cycle
+        if (state[cur] == 3) break;  // parent cycle
         const auto& n = host.nodes[cur];
         if (n.id == 1) {
           verdict = 1;
@@ -472,8 +472,8 @@ LinkStats link_traces(const LinkOptions& opt) {
     for (uint32_t i = 0; i < nhost; ++i) eligible[i] = state[i] == 1;
   }
 
-  std::vector<int32_t> match(nhost, kNone);       // host node -> Kineto CPU op
-  std::vector<int32_t> itd_node(nhost, kNone);    // host node -> host node it waits on
+  std::vector<int32_t> match(nhost, kNone);     // host node -> Kineto CPU op
+  std::vector<int32_t> itd_node(nhost, kNone);  // host node -> host node it waits on
   std::vector<int32_t> cpu_host(ncpu, kNone);
   for (uint32_t r = 0; r < nhost; ++r) {
     const uint32_t h = order[r];
@@ -526,7 +526,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     for (uint32_t r = 0; r < nhost; ++r) {
       const uint32_t h = order[r];
       const auto& n = host.nodes[h];
-      if (compat && n.flat_schema) continue;   // the reference rewrites "ctrl_deps" only
+      if (compat && n.flat_schema) continue;  // the reference rewrites "ctrl_deps" only
       if (n.parent_kind == ParentKind::integer) {
         auto it = node_by_id.find(n.parent);
         if (it != node_by_id.end()) {
@@ -552,7 +552,7 @@ LinkStats link_traces(const LinkOptions& opt) {
 
   // sync_dep placement: target node new id -> GPU copy ids (computed while emitting GPU copies,
   // which precede every node they can target only in compat's lookup order; so gather first)
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> sync_map;   // insertion-ordered
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> sync_map;  // insertion-ordered
   if (!gpu_sync.empty()) {
     for (uint32_t r = 0; r < nhost; ++r) {
       const uint32_t h = order[r];
@@ -579,10 +579,10 @@ LinkStats link_traces(const LinkOptions& opt) {
       }
     }
   }
-  std::unordered_map<int64_t, const std::vector<int64_t>*> sync_on;   // node new id -> list
+  std::unordered_map<int64_t, const std::vector<int64_t>*> sync_on;  // node new id -> list
   for (auto& [k, lst] : sync_map) {
     int64_t target = k;
-    if (compat) {   // the reference looks the (already new) id up again as an original id
+    if (compat) {  // the reference looks the (already new) id up again as an original id
       auto it = node_by_id.find(k);
       target = it != node_by_id.end() ? new_id[it->second] : k;
     }
@@ -611,7 +611,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     for (auto f : dom::object(el)) {
       bool dup = false;
       for (auto& x : fields)
-        if (x.key == f.key) {   // Python keeps the first position and the last value
+        if (x.key == f.key) {  // Python keeps the first position and the last value
           x.value = f.value;
           dup = true;
         }
@@ -633,7 +633,7 @@ LinkStats link_traces(const LinkOptions& opt) {
       }
     }
     const auto* glist = gpu_list_of(h);
-    if (glist) w.gfields = fields;   // the GPU copies start from the updated CPU node
+    if (glist) w.gfields = fields;  // the GPU copies start from the updated CPU node
     auto finish = [&](std::vector<Field>& fs, int64_t id, bool host_node) {
       auto sit = sync_on.find(id);
       if (sit != sync_on.end()) {
@@ -657,7 +657,7 @@ LinkStats link_traces(const LinkOptions& opt) {
       auto& g = w.g;
       g = w.gfields;
       set_field(g, "id", std::to_string(++gid));
-      set_field(g, parent_key, "0");   // set by finish(); here it keeps the key's position
+      set_field(g, parent_key, "0");  // set by finish(); here it keeps the key's position
       std::string t;
       py_json_string(gop.cat, t);
       set_field(g, "cat", t);
@@ -693,10 +693,8 @@ LinkStats link_traces(const LinkOptions& opt) {
       dom::element v;
       if (auto e = parser.parse(raw.data(), raw.size(), false).get(v))
         throw InputError(opt.host_path, "\"" + key + "\"", std::string("invalid JSON: ") + simdjson::error_message(e));
-      if (pretty)
-        py_json_element(v, 1, buf);
-      else
-        py_json_element_compact(v, buf);
+      if (pretty) py_json_element(v, 1, buf);
+      else py_json_element_compact(v, buf);
       continue;
     }
     if (nhost == 0) {
@@ -706,7 +704,7 @@ LinkStats link_traces(const LinkOptions& opt) {
     buf.push_back('[');
     out.write(buf);
     buf.clear();
-    constexpr uint32_t kBlock = 2048;   // host nodes per block
+    constexpr uint32_t kBlock = 2048;  // host nodes per block
     for (uint32_t r0 = 0; r0 < nhost; r0 += kBlock * nthreads) {
       auto work = [&](unsigned t) {
         Worker& w = workers[t];
@@ -726,10 +724,8 @@ LinkStats link_traces(const LinkOptions& opt) {
         if (w.error) std::rethrow_exception(w.error);
       for (unsigned t = 0; t < nthreads && r0 + t * kBlock < nhost; ++t) out.write(workers[t].out);
     }
-    if (pretty)
-      py_json_indent(1, buf);
-    else
-      buf.push_back('\n');
+    if (pretty) py_json_indent(1, buf);
+    else buf.push_back('\n');
     buf.push_back(']');
   }
   if (pretty && !host.top_level.empty()) py_json_indent(0, buf);

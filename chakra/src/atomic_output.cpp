@@ -16,7 +16,7 @@ namespace opf::chakra {
 namespace {
 constexpr size_t kBuf = 1 << 20;
 constexpr uint64_t kPrealloc = 4 << 20;
-constexpr size_t kDirect = 64 << 10;   // blocks this big are not worth copying into the buffer
+constexpr size_t kDirect = 64 << 10;  // blocks this big are not worth copying into the buffer
 
 bool ends_with(std::string_view s, std::string_view suf) {
   return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
@@ -86,7 +86,7 @@ void AtomicOutput::write(std::string_view bytes) {
   if (buf_.size() + bytes.size() > kBuf || (!gzip_ && bytes.size() >= kDirect)) flush_buffer();
   if (bytes.size() > kBuf || (!gzip_ && bytes.size() >= kDirect)) {
     if (!gzip_) {
-      write_raw(bytes.data(), bytes.size());   // big blocks go straight to the file
+      write_raw(bytes.data(), bytes.size());  // big blocks go straight to the file
       return;
     }
     buf_.assign(bytes);

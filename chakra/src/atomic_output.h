@@ -16,7 +16,7 @@ namespace opf::chakra {
 class AtomicOutput {
  public:
   explicit AtomicOutput(std::string path);
-  ~AtomicOutput();   // discards unless committed
+  ~AtomicOutput();  // discards unless committed
   AtomicOutput(const AtomicOutput&) = delete;
   AtomicOutput& operator=(const AtomicOutput&) = delete;
 
@@ -39,7 +39,7 @@ class AtomicOutput {
   bool gzip_ = false;
   z_stream zs_{};
   std::string buf_;
-  uint64_t written_ = 0, reserved_ = 0;   // file bytes written / preallocated (fallocate)
+  uint64_t written_ = 0, reserved_ = 0;  // file bytes written / preallocated (fallocate)
 };
 
 }  // namespace opf::chakra

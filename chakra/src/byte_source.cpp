@@ -41,7 +41,8 @@ bool ByteSource::refill() {
     ssize_t n = ::read(fd_, in_.data() + in_len_, in_.size() - in_len_);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw InputError(path_, "byte " + std::to_string(raw_offset_ + in_len_), std::string("read error: ") + std::strerror(errno));
+      throw InputError(path_, "byte " + std::to_string(raw_offset_ + in_len_),
+                       std::string("read error: ") + std::strerror(errno));
     }
     if (n == 0) {
       raw_eof_ = true;

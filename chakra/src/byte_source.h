@@ -23,19 +23,19 @@ class ByteSource {
   size_t read(char* dst, size_t cap);
   const std::string& path() const { return path_; }
   bool gzipped() const { return gz_; }
-  uint64_t bytes_out() const { return out_total_; }   // decompressed bytes delivered so far
+  uint64_t bytes_out() const { return out_total_; }  // decompressed bytes delivered so far
 
  private:
-  bool refill();   // more raw bytes into in_; false at EOF
+  bool refill();  // more raw bytes into in_; false at EOF
 
   std::string path_;
   int fd_ = -1;
   bool gz_ = false;
   bool raw_eof_ = false;
-  bool stream_end_ = false;   // current gzip member finished
+  bool stream_end_ = false;  // current gzip member finished
   std::vector<unsigned char> in_;
   size_t in_pos_ = 0, in_len_ = 0;
-  uint64_t raw_offset_ = 0;   // raw bytes consumed from the file before in_
+  uint64_t raw_offset_ = 0;  // raw bytes consumed from the file before in_
   uint64_t out_total_ = 0;
   z_stream zs_{};
   bool zs_init_ = false;

@@ -48,9 +48,9 @@ struct Out {
   int comm_type = -1;
   bool has_ctrl = false;
   bool removed = false;
-  bool comm_size_zero = false;   // default mode: unusable tensor layout
+  bool comm_size_zero = false;  // default mode: unusable tensor layout
   int64_t ctrl = 0;
-  uint32_t gpos = UINT32_MAX;   // position in graph_ (which then owns the data deps)
+  uint32_t gpos = UINT32_MAX;  // position in graph_ (which then owns the data deps)
   std::string_view pg_name;
   std::vector<uint64_t> data_deps;
 };
@@ -67,7 +67,7 @@ int comm_type_of(std::string_view name, bool extended) {
   if (contains(norm, "reducescatter")) return ChakraProtoMsg::REDUCE_SCATTER;
   if (contains(norm, "broadcast")) return ChakraProtoMsg::BROADCAST;
   if (contains(name, "ncclDevKernel_SendRecv")) return ChakraProtoMsg::ALL_TO_ALL;
-  if (extended) {   // default mode: the NCCL kernels the reference aborts on
+  if (extended) {  // default mode: the NCCL kernels the reference aborts on
     if (contains(norm, "reduce")) return ChakraProtoMsg::REDUCE;
     if (contains(norm, "gather")) return ChakraProtoMsg::GATHER;
     if (contains(norm, "scatter")) return ChakraProtoMsg::SCATTER;
@@ -113,9 +113,9 @@ class Converter {
 
  private:
   [[noreturn]] void fail_node(const HostNode& n, const std::string& problem) const {
-    throw InputError(in_, "byte " + std::to_string(n.offset) + " (node " + std::to_string(n.id) + " '" +
-                              std::string(n.name) + "')",
-                     problem);
+    throw InputError(
+        in_, "byte " + std::to_string(n.offset) + " (node " + std::to_string(n.id) + " '" + std::string(n.name) + "')",
+        problem);
   }
   void warn(const std::string& msg) {
     ++stats_.warnings;
@@ -140,16 +140,16 @@ class Converter {
   ConvertStats stats_;
   IdIndex index_;
   std::vector<JType> jtype_;
-  std::vector<uint32_t> child_begin_, child_list_;       // JSON children (all), sorted by id descending
-  std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;   // GPU children in JSON order
-  std::vector<uint32_t> out_pos_;                        // host index -> position in outs_ (kNone)
-  std::vector<Out> outs_;                                // output map, insertion order
-  std::vector<std::pair<uint32_t, uint32_t>> sync_candidates_;   // (waiting, target) output positions
-  std::vector<EtNode> graph_;                            // written nodes, map order (validator, simulator)
+  std::vector<uint32_t> child_begin_, child_list_;              // JSON children (all), sorted by id descending
+  std::vector<uint32_t> gpu_child_begin_, gpu_child_list_;      // GPU children in JSON order
+  std::vector<uint32_t> out_pos_;                               // host index -> position in outs_ (kNone)
+  std::vector<Out> outs_;                                       // output map, insertion order
+  std::vector<std::pair<uint32_t, uint32_t>> sync_candidates_;  // (waiting, target) output positions
+  std::vector<EtNode> graph_;                                   // written nodes, map order (validator, simulator)
 };
 
 void Converter::convert_node(uint32_t i) {
-  if (out_pos_[i] != kNone) return;   // (only a METADATA-named GPU op could come twice)
+  if (out_pos_[i] != kNone) return;  // (only a METADATA-named GPU op could come twice)
   const HostNode& n = tr_.nodes[i];
   if (log_.enabled()) log_.debug("Converting JSON node ID " + std::to_string(n.id) + " to protobuf node.");
   Out o;
@@ -190,8 +190,9 @@ void Converter::convert_node(uint32_t i) {
       o.comm_type = comm_type_of(n.name, !opt_.compat_reference);
       if (o.comm_type < 0) {
         if (opt_.compat_reference)
-          fail_node(n, "the name does not correspond to a recognized collective communication type "
-                       "(the reference converter aborts here; the default mode keeps the node)");
+          fail_node(n,
+                    "the name does not correspond to a recognized collective communication type "
+                    "(the reference converter aborts here; the default mode keeps the node)");
         warn(in_ + ": node " + std::to_string(n.id) + " '" + std::string(n.name) +
              "': unknown NCCL collective; kept as COMM_COLL_NODE without comm_type");
       }
@@ -200,8 +201,9 @@ void Converter::convert_node(uint32_t i) {
         o.type == ChakraProtoMsg::COMM_RECV_NODE) {
       if (!n.comm_size_ok) {
         if (opt_.compat_reference)
-          fail_node(n, "cannot compute comm_size: an input typed Tensor is not a [id, storage, offset, numel, "
-                       "elem_bytes, device] tuple");
+          fail_node(n,
+                    "cannot compute comm_size: an input typed Tensor is not a [id, storage, offset, numel, "
+                    "elem_bytes, device] tuple");
         warn(in_ + ": node " + std::to_string(n.id) + " '" + std::string(n.name) +
              "': input tensors lack the 6-tuple layout; comm_size written as 0");
         o.comm_size_zero = true;
@@ -240,7 +242,7 @@ void Converter::add_sync_deps() {
     const HostNode& h = tr_.nodes[outs_[o].src];
     return h.has_ts ? h.ts : -std::numeric_limits<double>::infinity();
   };
-  using Ready = std::pair<double, uint32_t>;   // (start, output position): earliest first
+  using Ready = std::pair<double, uint32_t>;  // (start, output position): earliest first
   std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;
   for (uint32_t o = 0; o < n; ++o)
     if (pending[o] == 0) ready.push({start(o), o});
@@ -253,7 +255,7 @@ void Converter::add_sync_deps() {
     for (uint32_t k = child_begin[o]; k < child_begin[o + 1]; ++k)
       if (--pending[child_list[k]] == 0) ready.push({start(child_list[k]), child_list[k]});
   }
-  if (next < n) return;   // already cyclic: the validator reports that cycle
+  if (next < n) return;  // already cyclic: the validator reports that cycle
   for (const auto& [waiter, target] : sync_candidates_) {
     if (rank[target] > rank[waiter]) {
       ++stats_.sync_deps_cyclic;
@@ -265,8 +267,9 @@ void Converter::add_sync_deps() {
     o.data_deps.push_back(uint64_t(id));
     ++stats_.sync_deps;
     if (log_.enabled())
-      log_.debug("Node ID " + std::to_string(tr_.nodes[o.src].id) + " now has an synchonization dependency on Node ID " +
-                 std::to_string(id));   // [sic]: the reference's text
+      log_.debug("Node ID " + std::to_string(tr_.nodes[o.src].id) +
+                 " now has an synchonization dependency on Node ID " +
+                 std::to_string(id));  // [sic]: the reference's text
   }
   std::vector<std::pair<uint32_t, uint32_t>>().swap(sync_candidates_);
 }
@@ -320,7 +323,8 @@ void Converter::encode_deps() {
         if (last_any != kNone) {
           int64_t dep = tr_.nodes[last_any].id;
           if (add(o, dep) && log_.enabled())
-            log_.debug("GPU Node ID " + std::to_string(n.id) + " now has a data dependency on Node ID " + std::to_string(dep));
+            log_.debug("GPU Node ID " + std::to_string(n.id) + " now has a data dependency on Node ID " +
+                       std::to_string(dep));
         }
         last_any = last_cpu;
       } else {
@@ -544,12 +548,18 @@ ConvertStats Converter::run() {
   timer.mark("read");
   const EtMetadata& m = tr_.meta;
   {
-    const char* missing = !m.has_schema ? "schema" : !m.has_pid ? "pid" : !m.has_time ? "time"
-                        : !m.has_start_ts ? "start_ts" : !m.has_finish_ts ? "finish_ts" : nullptr;
+    const char* missing = !m.has_schema      ? "schema"
+                          : !m.has_pid       ? "pid"
+                          : !m.has_time      ? "time"
+                          : !m.has_start_ts  ? "start_ts"
+                          : !m.has_finish_ts ? "finish_ts"
+                                             : nullptr;
     if (missing) throw InputError(in_, "top level", std::string("missing metadata key \"") + missing + "\"");
     if (!m.pid_ok) throw InputError(in_, "\"pid\"", "must be a non-negative integer below 2^64, got " + m.pid_repr);
-    if (!m.start_ts_ok) throw InputError(in_, "\"start_ts\"", "must be a non-negative integer below 2^64, got " + m.start_ts_repr);
-    if (!m.finish_ts_ok) throw InputError(in_, "\"finish_ts\"", "must be a non-negative integer below 2^64, got " + m.finish_ts_repr);
+    if (!m.start_ts_ok)
+      throw InputError(in_, "\"start_ts\"", "must be a non-negative integer below 2^64, got " + m.start_ts_repr);
+    if (!m.finish_ts_ok)
+      throw InputError(in_, "\"finish_ts\"", "must be a non-negative integer below 2^64, got " + m.finish_ts_repr);
     if (!m.time_is_string) throw InputError(in_, "\"time\"", "must be a string, got " + m.time_repr);
   }
   const auto& nodes = tr_.nodes;
@@ -564,7 +574,8 @@ ConvertStats Converter::run() {
   }
   {
     size_t dup = 0, first = 0;
-    if (!index_.build(n, [&](size_t i) { return nodes[i].id; }, &dup, &first))
+    if (!index_.build(
+            n, [&](size_t i) { return nodes[i].id; }, &dup, &first))
       fail_node(nodes[dup], "duplicate node id (also at byte " + std::to_string(nodes[first].offset) + ")");
   }
   jtype_.resize(n);
@@ -606,7 +617,8 @@ ConvertStats Converter::run() {
   child_list_.resize(child_begin_[n]);
   gpu_child_list_.resize(gpu_child_begin_[n]);
   {
-    std::vector<uint32_t> f1(child_begin_.begin(), child_begin_.end() - 1), f2(gpu_child_begin_.begin(), gpu_child_begin_.end() - 1);
+    std::vector<uint32_t> f1(child_begin_.begin(), child_begin_.end() - 1),
+        f2(gpu_child_begin_.begin(), gpu_child_begin_.end() - 1);
     for (uint32_t i = 0; i < n; ++i) {
       uint32_t p = parent_of[i];
       if (p == kNone) continue;
@@ -636,15 +648,14 @@ ConvertStats Converter::run() {
     warn(in_ + ": " + std::to_string(skipped) + " of " + std::to_string(skipped + stats_.sync_deps) +
          " sync_dep entries not turned into data deps (" + std::to_string(stats_.sync_deps_missing) +
          " name no written node, " + std::to_string(stats_.sync_deps_not_earlier) +
-         " do not start before the waiting node, " + std::to_string(stats_.sync_deps_cyclic) +
-         " would close a cycle)");
+         " do not start before the waiting node, " + std::to_string(stats_.sync_deps_cyclic) + " would close a cycle)");
   // the JSON tree is no longer needed: give its memory back before the graph view is built
   for (auto* v : {&child_begin_, &child_list_, &gpu_child_begin_, &gpu_child_list_}) std::vector<uint32_t>().swap(*v);
   std::vector<JType>().swap(jtype_);
 
   // dangling nodes: no data deps and nobody depends on them (docs/chakra.md §3.7)
   {
-    std::vector<bool> referenced(n, false);   // by host index; deps on unknown ids fail validation later
+    std::vector<bool> referenced(n, false);  // by host index; deps on unknown ids fail validation later
     for (const Out& o : outs_)
       for (uint64_t d : o.data_deps) {
         uint32_t i = d > uint64_t(INT64_MAX) ? kNone : find(int64_t(d));

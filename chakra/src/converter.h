@@ -29,10 +29,10 @@ namespace opf::chakra {
 struct ConvertOptions {
   bool compat_reference = false;
   bool simulate = false;
-  std::string log_path;   // reference-format debug log; empty = none
-  unsigned parser_threads = 0;   // node-parser threads of the reader (0: its default)
-  std::function<void(const std::string&)> warn;        // default: stderr
-  std::function<void(const std::string&)> sim_line;    // default: stdout (when no log file)
+  std::string log_path;                              // reference-format debug log; empty = none
+  unsigned parser_threads = 0;                       // node-parser threads of the reader (0: its default)
+  std::function<void(const std::string&)> warn;      // default: stderr
+  std::function<void(const std::string&)> sim_line;  // default: stdout (when no log file)
 };
 
 struct ConvertStats {

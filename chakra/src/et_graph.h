@@ -20,7 +20,7 @@ struct EtNode {
   int64_t stream = 0;
   bool has_tid = false;
   int64_t tid = 0;
-  int type = 0;             // ChakraProtoMsg::NodeType (.et input; the converter leaves 0)
+  int type = 0;  // ChakraProtoMsg::NodeType (.et input; the converter leaves 0)
 };
 
 }  // namespace opf::chakra

@@ -15,7 +15,7 @@ struct LoadedEt {
   ChakraProtoMsg::GlobalMetadata meta;
   std::vector<EtNode> nodes;
   StringPool pool;
-  std::vector<std::string> type_problems;   // nodes whose type is not a NodeType value
+  std::vector<std::string> type_problems;  // nodes whose type is not a NodeType value
 };
 
 // Throws InputError on unreadable / truncated / unparsable records or an empty stream.

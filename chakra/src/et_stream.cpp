@@ -40,13 +40,14 @@ bool EtReader::next(google::protobuf::Message& m) {
     if (shift >= 35) throw InputError(path_, where(), "length prefix is not a valid varint32");
   }
   if (size > 0xffffffffull) throw InputError(path_, where(), "record length beyond 4 GiB");
-  if (size == 0 && compat_) {   // reference reader: size 0 means end of stream
+  if (size == 0 && compat_) {  // reference reader: size 0 means end of stream
     pos_ = data_.size();
     return false;
   }
   if (size > data_.size() - pos_)
-    throw InputError(path_, where(), "truncated record: needs " + std::to_string(size) + " bytes, " +
-                                         std::to_string(data_.size() - pos_) + " left (file cut short?)");
+    throw InputError(path_, where(),
+                     "truncated record: needs " + std::to_string(size) + " bytes, " +
+                         std::to_string(data_.size() - pos_) + " left (file cut short?)");
   m.Clear();
   if (!m.ParseFromArray(data_.data() + pos_, int(size)))
     throw InputError(path_, where(), "record is not a valid " + m.GetTypeName() + " message");

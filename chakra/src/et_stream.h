@@ -16,7 +16,7 @@ namespace opf::chakra {
 class EtWriter {
  public:
   explicit EtWriter(AtomicOutput& out) : out_(&out), sink_(&buf_) {}
-  explicit EtWriter(std::string& sink) : sink_(&sink) {}   // append records to a buffer
+  explicit EtWriter(std::string& sink) : sink_(&sink) {}  // append records to a buffer
   void write(const google::protobuf::Message& m);
 
  private:
@@ -31,7 +31,7 @@ class EtReader {
   // Reads the next record into `m`; false at the end of the stream. Throws InputError
   // naming the file, the record number and byte offset on truncated or unparsable records.
   bool next(google::protobuf::Message& m);
-  size_t record_index() const { return record_; }   // records read so far
+  size_t record_index() const { return record_; }  // records read so far
   const std::string& path() const { return path_; }
 
  private:

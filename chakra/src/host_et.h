@@ -24,7 +24,7 @@ struct EtMetadata {
   bool has_schema = false, has_pid = false, has_time = false, has_start_ts = false, has_finish_ts = false;
   uint64_t pid = 0, start_ts = 0, finish_ts = 0;
   std::string time;
-  bool pid_ok = false, start_ts_ok = false, finish_ts_ok = false;   // fit uint64 (protobuf field kind)
+  bool pid_ok = false, start_ts_ok = false, finish_ts_ok = false;  // fit uint64 (protobuf field kind)
   bool time_is_string = false;
 };
 
@@ -34,11 +34,11 @@ extern const char* const kIntAttrNames[kIntAttrCount];
 
 struct HostNode {
   int64_t id = 0;
-  int64_t parent = 0;              // ctrl_deps (nested formats) / parent (1.0.1)
+  int64_t parent = 0;  // ctrl_deps (nested formats) / parent (1.0.1)
   int64_t inter_thread_dep = 0;
   int64_t stream = 0;
-  int64_t duration = 0;            // int(exclusive_dur) (truncated), 0 when absent
-  int64_t comm_size = 0;           // Σ num_elem × elem_bytes over the input tensors (docs/chakra.md §3.4)
+  int64_t duration = 0;   // int(exclusive_dur) (truncated), 0 when absent
+  int64_t comm_size = 0;  // Σ num_elem × elem_bytes over the input tensors (docs/chakra.md §3.4)
   int64_t attr[kIntAttrCount] = {};
   PStr name, op_schema, pg_name;
   PStr in_values, in_shapes, in_types, out_values, out_shapes, out_types;
@@ -49,9 +49,9 @@ struct HostNode {
   bool has_parent = false;
   bool has_inter_thread_dep = false;
   bool has_ts = false;
-  bool stream_null = false;        // JSON "stream": null => no stream attribute
-  bool is_gpu = false;             // has a non-null "cat" (only the linker adds it)
-  bool comm_size_ok = true;        // false: the inputs do not have the tensor layout comm_size needs
+  bool stream_null = false;  // JSON "stream": null => no stream attribute
+  bool is_gpu = false;       // has a non-null "cat" (only the linker adds it)
+  bool comm_size_ok = true;  // false: the inputs do not have the tensor layout comm_size needs
   bool duration_negative = false;
 };
 
@@ -78,13 +78,13 @@ struct HostTrace {
   std::string path;
   EtMetadata meta;
   EtSchema schema = EtSchema::chakra_0_0_4;
-  NodeList nodes;                  // JSON order
-  std::vector<std::unique_ptr<StringPool>> pools;   // text of the nodes (one per parser thread)
+  NodeList nodes;                                  // JSON order
+  std::vector<std::unique_ptr<StringPool>> pools;  // text of the nodes (one per parser thread)
 };
 
 struct ReadOptions {
-  bool compat_reference = false;   // reject the schemas the reference rejects (1.0.1, 1.1.1-chakra.1.0.0)
-  unsigned parser_threads = 0;     // 0: min(4, cores); OPF_CHAKRA_THREADS overrides either
+  bool compat_reference = false;  // reject the schemas the reference rejects (1.0.1, 1.1.1-chakra.1.0.0)
+  unsigned parser_threads = 0;    // 0: min(4, cores); OPF_CHAKRA_THREADS overrides either
 };
 
 // Reads a host ET / linked JSON (optionally gzip), streaming: memory grows with the node

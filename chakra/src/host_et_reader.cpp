@@ -65,7 +65,8 @@ int64_t get_int(od::value v, const char* what) {
   if (e == simdjson::NUMBER_OUT_OF_RANGE || e == simdjson::NUMBER_ERROR)
     problem(std::string(what) + " is an integer beyond 64 bits: " + std::string(v.raw_json_token()));
   check(e, what);
-  if (nt == od::number_type::floating_point_number) problem(std::string(what) + " must be an integer, got " + std::string(v.raw_json_token()));
+  if (nt == od::number_type::floating_point_number)
+    problem(std::string(what) + " must be an integer, got " + std::string(v.raw_json_token()));
   if (nt == od::number_type::unsigned_integer) {
     uint64_t u = 0;
     bool fits_u64 = !v.get_uint64().get(u);
@@ -196,12 +197,12 @@ struct NodeReader {
   const std::string& path;
   StringPool& pool;
   std::vector<HostNode>& out;
-  bool flat;   // 1.0.1
+  bool flat;  // 1.0.1
   od::parser parser;
   std::string s_values, s_shapes, s_types, o_values, o_shapes, o_types;
   std::vector<ElemSize> sizes;
-  std::string types_text;                              // the raw type strings, back to back
-  std::vector<std::pair<size_t, size_t>> types;        // (offset, length) into types_text
+  std::string types_text;                        // the raw type strings, back to back
+  std::vector<std::pair<size_t, size_t>> types;  // (offset, length) into types_text
   bool values_is_list = false, has_types = false;
 
   NodeReader(const std::string& path_, StringPool& pool_, std::vector<HostNode>& out_, bool flat_)
@@ -239,7 +240,11 @@ struct NodeReader {
       }
     }
     if (!got_v || !got_s || !got_t)
-      problem(std::string(input ? "inputs" : "outputs") + " lacks \"" + (!got_v ? "values" : !got_s ? "shapes" : "types") + "\"");
+      problem(std::string(input ? "inputs" : "outputs") + " lacks \"" +
+              (!got_v   ? "values"
+               : !got_s ? "shapes"
+                        : "types") +
+              "\"");
   }
 
   // inputs.types: rendered, and kept as strings for comm_size
@@ -389,7 +394,7 @@ struct NodeReader {
           check(v.get_double().get(d), "exclusive_dur");
           if (d < 0 && std::trunc(d) != 0) n.duration_negative = true;
           if (!(d < 9.2e18)) problem("exclusive_dur is out of range: " + std::string(v.raw_json_token()));
-          n.duration = int64_t(d);   // int() truncation
+          n.duration = int64_t(d);  // int() truncation
         } else if (k == "inter_thread_dep") {
           if (is_null(v)) n.has_inter_thread_dep = false;
           else n.inter_thread_dep = get_int(v, "inter_thread_dep"), n.has_inter_thread_dep = true;
@@ -450,8 +455,12 @@ struct NodeReader {
       return "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]" +
              (got_id ? ", id " + std::to_string(n.id) : std::string()) + ")";
     };
-    const char* missing = !got_id ? "id" : !got_name ? "name" : !got_parent ? (flat ? "parent" : "ctrl_deps")
-                        : !got_in ? "inputs" : !got_out ? "outputs" : nullptr;
+    const char* missing = !got_id       ? "id"
+                          : !got_name   ? "name"
+                          : !got_parent ? (flat ? "parent" : "ctrl_deps")
+                          : !got_in     ? "inputs"
+                          : !got_out    ? "outputs"
+                                        : nullptr;
     if (missing) throw InputError(path, where(), std::string("node lacks required key \"") + missing + "\"");
     if (n.id < 0) throw InputError(path, where(), "negative node id " + std::to_string(n.id));
     n.pg_name = pool.intern_p(pg_attr_set ? pg_attr : pg_top);
@@ -479,7 +488,12 @@ struct NodeReader {
     if (total > __int128(INT64_MAX) || total < __int128(INT64_MIN)) ok = false;
     n.comm_size_ok = ok;
     n.comm_size = ok ? int64_t(total) : 0;
-    s_values.clear(); s_shapes.clear(); s_types.clear(); o_values.clear(); o_shapes.clear(); o_types.clear();
+    s_values.clear();
+    s_shapes.clear();
+    s_types.clear();
+    o_values.clear();
+    o_shapes.clear();
+    o_types.clear();
     out.push_back(std::move(n));
   }
 };
@@ -506,7 +520,7 @@ class BatchParser {
     if (!cur_) {
       cur_ = std::make_unique<Batch>();
       cur_->first_index = index;
-      cur_->text.reserve(kBatchBytes + (16 << 10) + simdjson::SIMDJSON_PADDING);   // no regrowth copies
+      cur_->text.reserve(kBatchBytes + (16 << 10) + simdjson::SIMDJSON_PADDING);  // no regrowth copies
     }
     Batch& b = *cur_;
     b.items.push_back({b.text.size(), sp.size, sp.offset});
@@ -560,7 +574,7 @@ class BatchParser {
         queue_.pop_front();
         cv_space_.notify_one();
       }
-      if (failed_.load()) continue;   // an earlier batch failed: the result is an error anyway
+      if (failed_.load()) continue;  // an earlier batch failed: the result is an error anyway
       b->text.resize(b->text.size() + simdjson::SIMDJSON_PADDING);
       sink.clear();
       sink.reserve(b->items.size());
@@ -594,7 +608,7 @@ class BatchParser {
   bool flat_;
   std::vector<std::thread> threads_;
   std::unique_ptr<Batch> cur_;
-  std::vector<std::unique_ptr<Batch>> done_;   // every submitted batch, input order
+  std::vector<std::unique_ptr<Batch>> done_;  // every submitted batch, input order
   std::deque<Batch*> queue_;
   std::mutex mu_;
   std::condition_variable cv_work_, cv_space_;
@@ -609,15 +623,17 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   JsonStream js(src);
   od::parser mparser;
   std::unique_ptr<BatchParser> batches;
-  unsigned workers = opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
-  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));   // tuning/benchmarks
+  unsigned workers =
+      opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));  // tuning/benchmarks
   bool schema_checked = false;
   auto check_schema = [&](uint64_t offset) {
     if (schema_checked) return;
     schema_checked = true;
     const std::string& s = tr.meta.schema;
     if (!tr.meta.has_schema)
-      throw InputError(path, "byte " + std::to_string(offset), "no \"schema\" before the first node (missing schema key)");
+      throw InputError(path, "byte " + std::to_string(offset),
+                       "no \"schema\" before the first node (missing schema key)");
     bool ok004 = false;
     for (auto* v : kSupported004) ok004 |= s == v;
     if (ok004) {
@@ -627,15 +643,20 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
     } else if (s == "1.1.1-chakra.1.0.0" && !opt.compat_reference) {
       tr.schema = EtSchema::chakra_1_0_0;
     } else {
-      throw InputError(path, "\"schema\"",
-                       "unsupported schema version '" + s + "' (supported: 1.0.2/1.0.3/1.1.0/1.1.1-chakra.0.0.4" +
-                           std::string(opt.compat_reference ? "; --compat reference also rejects 1.0.1 and 1.1.1-chakra.1.0.0 like the reference converter)"
-                                                            : ", 1.0.1, 1.1.1-chakra.1.0.0)"));
+      throw InputError(
+          path, "\"schema\"",
+          "unsupported schema version '" + s + "' (supported: 1.0.2/1.0.3/1.1.0/1.1.1-chakra.0.0.4" +
+              std::string(
+                  opt.compat_reference
+                      ? "; --compat reference also rejects 1.0.1 and 1.1.1-chakra.1.0.0 like the reference converter)"
+                      : ", 1.0.1, 1.1.1-chakra.1.0.0)"));
     }
     batches = std::make_unique<BatchParser>(tr, tr.schema == EtSchema::v1_0_1, workers);
   };
   auto on_member = [&](std::string_view key, const JsonStream::Span& sp) {
-    auto bad = [&](const std::string& p) { throw InputError(path, "byte " + std::to_string(sp.offset) + " (\"" + std::string(key) + "\")", p); };
+    auto bad = [&](const std::string& p) {
+      throw InputError(path, "byte " + std::to_string(sp.offset) + " (\"" + std::string(key) + "\")", p);
+    };
     bool is_meta = key == "schema" || key == "pid" || key == "time" || key == "start_ts" || key == "finish_ts";
     if (!is_meta) return;
     // wrap so that scalars parse as array items
@@ -672,8 +693,10 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
       uint64_t u = 0;
       bool ok = !v.get_uint64().get(u);
       if (key == "pid") tr.meta.pid_repr = repr, tr.meta.has_pid = true, tr.meta.pid = u, tr.meta.pid_ok = ok;
-      if (key == "start_ts") tr.meta.start_ts_repr = repr, tr.meta.has_start_ts = true, tr.meta.start_ts = u, tr.meta.start_ts_ok = ok;
-      if (key == "finish_ts") tr.meta.finish_ts_repr = repr, tr.meta.has_finish_ts = true, tr.meta.finish_ts = u, tr.meta.finish_ts_ok = ok;
+      if (key == "start_ts")
+        tr.meta.start_ts_repr = repr, tr.meta.has_start_ts = true, tr.meta.start_ts = u, tr.meta.start_ts_ok = ok;
+      if (key == "finish_ts")
+        tr.meta.finish_ts_repr = repr, tr.meta.has_finish_ts = true, tr.meta.finish_ts = u, tr.meta.finish_ts_ok = ok;
     }
   };
   bool saw_nodes = false;
@@ -693,7 +716,8 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   if (std::getenv("OPF_CHAKRA_PROFILE")) {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    std::fprintf(stderr, "[chakra] split (main thread: inflate + split + copy) %.1f ms cpu\n", ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
+    std::fprintf(stderr, "[chakra] split (main thread: inflate + split + copy) %.1f ms cpu\n",
+                 ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
   }
   if (batches) batches->finish();
   if (!saw_nodes && !tr.meta.has_schema)

@@ -133,9 +133,13 @@ size_t JsonStream::scan_value() {
     for (;;) {
       if (i >= end_) {
         size_t rel = i - pos_;
-        if (!fill()) fail(start_off, in_str ? "unterminated string (truncated file?)"
-                                            : "unterminated " + std::string(c == '{' ? "object" : c == '[' ? "array" : "string") +
-                                                  " (truncated file?)");
+        if (!fill())
+          fail(start_off, in_str ? "unterminated string (truncated file?)"
+                                 : "unterminated " +
+                                       std::string(c == '{'   ? "object"
+                                                   : c == '[' ? "array"
+                                                              : "string") +
+                                       " (truncated file?)");
         i = pos_ + rel;
         continue;
       }
@@ -175,12 +179,12 @@ size_t JsonStream::scan_value() {
         i = j + 1;
         if (bs % 2 == 0) {
           in_str = false;
-          if (depth == 0) return i - pos_;   // a top-level string value
+          if (depth == 0) return i - pos_;  // a top-level string value
         }
         continue;
       }
       const char* b = buf_.data();
-      const size_t lim = std::min(end_, i + 64);   // then try a block again
+      const size_t lim = std::min(end_, i + 64);  // then try a block again
       while (i < lim) {
         unsigned char k = kClass.c[uint8_t(b[i])];
         if (k == 0) {
@@ -197,7 +201,7 @@ size_t JsonStream::scan_value() {
           ++i;
           continue;
         }
-        --depth;   // k == 3
+        --depth;  // k == 3
         ++i;
         if (depth == 0) return i - pos_;
         if (depth < 0) fail(base_ + i - 1, "unbalanced " + describe(b[i - 1]));
@@ -217,9 +221,7 @@ size_t JsonStream::scan_value() {
   }
 }
 
-JsonStream::Span JsonStream::span(size_t len) const {
-  return Span{buf_.data() + pos_, len, buf_.size() - pos_, off()};
-}
+JsonStream::Span JsonStream::span(size_t len) const { return Span{buf_.data() + pos_, len, buf_.size() - pos_, off()}; }
 
 void JsonStream::run(std::string_view array_key, const MemberFn& on_member, const ElementFn& on_element) {
   skip_ws();
@@ -247,7 +249,7 @@ void JsonStream::run(std::string_view array_key, const MemberFn& on_member, cons
     uint64_t key_off = off();
     size_t klen = scan_value();
     std::string key(buf_.data() + pos_ + 1, klen - 2);
-    if (key.find('\\') != std::string::npos) {   // rare: let simdjson unescape
+    if (key.find('\\') != std::string::npos) {  // rare: let simdjson unescape
       simdjson::padded_string ps(buf_.data() + pos_, klen);
       std::string_view k;
       auto doc = key_parser.iterate(ps);
@@ -272,8 +274,9 @@ void JsonStream::run(std::string_view array_key, const MemberFn& on_member, cons
           break;
         }
         if (index > 0) {
-          if (c != ',') fail(off(), "expected ',' or ']' after element " + std::to_string(index - 1) + " of \"" + key +
-                                        "\", found " + describe(c));
+          if (c != ',')
+            fail(off(), "expected ',' or ']' after element " + std::to_string(index - 1) + " of \"" + key +
+                            "\", found " + describe(c));
           ++pos_;
           skip_ws();
         }

@@ -20,8 +20,8 @@ class JsonStream {
   struct Span {
     const char* data;
     size_t size;
-    size_t capacity;   // readable bytes from data (>= size + simdjson padding)
-    uint64_t offset;   // byte offset in the (decompressed) input
+    size_t capacity;  // readable bytes from data (>= size + simdjson padding)
+    uint64_t offset;  // byte offset in the (decompressed) input
   };
   using MemberFn = std::function<void(std::string_view key, const Span& value)>;
   using ElementFn = std::function<void(const Span& element, size_t index)>;
@@ -34,18 +34,18 @@ class JsonStream {
 
  private:
   [[noreturn]] void fail(uint64_t offset, const std::string& problem) const;
-  bool fill();                       // more bytes; false at end of input
-  bool ensure(size_t n);             // at least n bytes at pos_ (false: end of input)
+  bool fill();            // more bytes; false at end of input
+  bool ensure(size_t n);  // at least n bytes at pos_ (false: end of input)
   void skip_ws();
-  char peek();                       // '\0' at end of input
-  size_t scan_value();               // length of the JSON value at pos_
+  char peek();          // '\0' at end of input
+  size_t scan_value();  // length of the JSON value at pos_
   Span span(size_t len) const;
   uint64_t off() const { return base_ + pos_; }
 
   ByteSource& src_;
   std::vector<char> buf_;
   size_t pos_ = 0, end_ = 0;
-  uint64_t base_ = 0;   // input offset of buf_[0]
+  uint64_t base_ = 0;  // input offset of buf_[0]
   bool eof_ = false;
 };
 

@@ -63,7 +63,7 @@ void json_string(const std::string& s, std::string& out) {
   out.push_back('"');
 }
 
-std::string camel(const std::string& name) {   // protobuf's json_name rule
+std::string camel(const std::string& name) {  // protobuf's json_name rule
   std::string r;
   bool up = false;
   for (char c : name) {
@@ -158,8 +158,7 @@ void scalar(const Message& m, const Reflection* r, const FieldDescriptor* f, int
       else json_string(s, out);
       break;
     }
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      break;
+    case FieldDescriptor::CPPTYPE_MESSAGE: break;
   }
 }
 
@@ -168,8 +167,7 @@ void message(const Message& m, std::string& out, int indent);
 void value(const Message& m, const Reflection* r, const FieldDescriptor* f, int idx, std::string& out, int indent) {
   if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE)
     message(f->is_repeated() ? r->GetRepeatedMessage(m, f, idx) : r->GetMessage(m, f), out, indent);
-  else
-    scalar(m, r, f, idx, out);
+  else scalar(m, r, f, idx, out);
 }
 
 void newline(std::string& out, int indent) {

@@ -6,7 +6,7 @@
 namespace opf::chakra {
 
 size_t bypass_metadata_data_deps(std::vector<EtNode>& graph, const std::vector<bool>& is_metadata) {
-  std::unordered_map<uint64_t, size_t> meta_pos;   // METADATA nodes are few: index only them
+  std::unordered_map<uint64_t, size_t> meta_pos;  // METADATA nodes are few: index only them
   for (size_t k = 0; k < graph.size(); ++k)
     if (is_metadata[k]) meta_pos.emplace(graph[k].id, k);
   if (meta_pos.empty()) return 0;
@@ -31,7 +31,8 @@ size_t bypass_metadata_data_deps(std::vector<EtNode>& graph, const std::vector<b
       if (s == kTodo) {
         s = kActive;
         for (uint64_t d : graph[m].data_deps)
-          if (auto it = meta_pos.find(d); it != meta_pos.end() && state[it->second] == kTodo) stack.push_back(it->second);
+          if (auto it = meta_pos.find(d); it != meta_pos.end() && state[it->second] == kTodo)
+            stack.push_back(it->second);
         continue;
       }
       // kActive and every METADATA parent is done (or on the stack: a cycle, contributes nothing)

@@ -5,7 +5,7 @@ namespace opf::chakra {
 void OutputSet::add(const std::string& path, std::string_view bytes) {
   outs_.push_back(std::make_unique<AtomicOutput>(path));
   outs_.back()->write(bytes);
-  outs_.back()->finish();   // one open descriptor at a time, whatever the number of files
+  outs_.back()->finish();  // one open descriptor at a time, whatever the number of files
 }
 
 void OutputSet::publish() {

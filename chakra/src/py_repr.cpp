@@ -29,14 +29,14 @@ bool py_unprintable(uint32_t cp) {
   if (cp >= 0x2028 && cp <= 0x202f) return true;
   if (cp >= 0x205f && cp <= 0x206f && cp != 0x2065) return true;
   if (cp == 0x3000 || cp == 0xfeff) return true;
-  if (cp >= 0xd800 && cp <= 0xf8ff) return true;   // surrogates, private use
+  if (cp >= 0xd800 && cp <= 0xf8ff) return true;  // surrogates, private use
   if (cp >= 0xfff9 && cp <= 0xfffb) return true;
   if (cp == 0xfffe || cp == 0xffff) return true;
   if (cp == 0x110bd || cp == 0x110cd || (cp >= 0x13430 && cp <= 0x1343f) || (cp >= 0x1bca0 && cp <= 0x1bca3) ||
       (cp >= 0x1d173 && cp <= 0x1d17a) || cp == 0xe0001 || (cp >= 0xe0020 && cp <= 0xe007f))
     return true;
-  if (cp >= 0xf0000) return true;   // planes 15-16: private use
-  return (cp & 0xfffe) == 0xfffe;   // noncharacters
+  if (cp >= 0xf0000) return true;  // planes 15-16: private use
+  return (cp & 0xfffe) == 0xfffe;  // noncharacters
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ void py_repr_double(double d, std::string& out) {
   if (epos > 1) digits.append(s.substr(2, epos - 2));
   int exp10 = 0;
   std::from_chars(s.data() + epos + (s[epos + 1] == '+' ? 2 : 1), s.data() + s.size(), exp10);
-  int decpt = exp10 + 1;   // value = 0.DIGITS * 10^decpt
+  int decpt = exp10 + 1;  // value = 0.DIGITS * 10^decpt
   if (decpt > -4 && decpt <= 16) {
     if (decpt <= 0) {
       out += "0.";
@@ -127,12 +127,9 @@ void py_repr_string(std::string_view s, std::string& out) {
     uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
     for (int i = 1; i < len; ++i) cp = (cp << 6) | (p[i] & 0x3f);
     if (py_unprintable(cp)) {
-      if (cp <= 0xff)
-        hex_escape('x', cp, 2, out);
-      else if (cp <= 0xffff)
-        hex_escape('u', cp, 4, out);
-      else
-        hex_escape('U', cp, 8, out);
+      if (cp <= 0xff) hex_escape('x', cp, 2, out);
+      else if (cp <= 0xffff) hex_escape('u', cp, 4, out);
+      else hex_escape('U', cp, 8, out);
     } else {
       out.append(reinterpret_cast<const char*>(p), size_t(len));
     }
@@ -181,10 +178,8 @@ simdjson::error_code py_repr_json(simdjson::ondemand::value v, std::string& out,
     case ondemand::json_type::string: {
       std::string_view s;
       if (auto e = v.get_string().get(s)) return e;
-      if (top_level)
-        out += s;
-      else
-        py_repr_string(s, out);
+      if (top_level) out += s;
+      else py_repr_string(s, out);
       return SUCCESS;
     }
     case ondemand::json_type::boolean: {
@@ -214,10 +209,8 @@ simdjson::error_code py_repr_json(simdjson::ondemand::value v, std::string& out,
       if (digits.empty() || (digits.size() > 1 && digits[0] == '0')) return NUMBER_ERROR;
       for (char c : digits)
         if (c < '0' || c > '9') return NUMBER_ERROR;
-      if (digits == "0")
-        out.push_back('0');   // "-0" is int 0
-      else
-        out += tok;
+      if (digits == "0") out.push_back('0');  // "-0" is int 0
+      else out += tok;
       return SUCCESS;
     }
   }

@@ -14,7 +14,7 @@
 namespace opf::chakra {
 
 void py_repr_double(double d, std::string& out);
-void py_repr_string(std::string_view utf8, std::string& out);   // quoted, escaped
+void py_repr_string(std::string_view utf8, std::string& out);  // quoted, escaped
 
 // Appends repr(value) (str(value) when `top_level` is true: a top-level string is unquoted).
 // Errors (invalid number, bad string, ...) are returned as simdjson error codes.

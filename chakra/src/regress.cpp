@@ -46,7 +46,7 @@ std::string hash4(std::string_view s) {
   return b;
 }
 
-std::string clean(std::string_view s) {   // keep a summary field on one line
+std::string clean(std::string_view s) {  // keep a summary field on one line
   std::string r(s);
   for (char& c : r)
     if (c == '\t' || c == '\n' || c == '\r') c = ' ';
@@ -89,8 +89,8 @@ std::string read_text(const std::string& path) { return read_all(path); }
 
 struct Parsed {
   std::string hash, meta;
-  std::vector<std::string> order;   // ids in file order
-  std::map<std::string, std::vector<std::string>> fields;   // id -> fields (name first)
+  std::vector<std::string> order;                          // ids in file order
+  std::map<std::string, std::vector<std::string>> fields;  // id -> fields (name first)
 };
 
 Parsed parse_summary(const std::string& s) {
@@ -178,7 +178,8 @@ std::string compare_logs(const std::string& got_path, const std::string& ref_pat
       return "simulation log differs from " + ref_path + " at line " + std::to_string(i + 1) + ": got '" + a[i] +
              "', reference '" + b[i] + "'";
   if (a.size() != b.size())
-    return "simulation log has " + std::to_string(a.size()) + " lines, reference " + ref_path + " has " + std::to_string(b.size());
+    return "simulation log has " + std::to_string(a.size()) + " lines, reference " + ref_path + " has " +
+           std::to_string(b.size());
   return {};
 }
 
@@ -231,7 +232,7 @@ std::string encode_summary(const std::string& text) {
       std::string p1, p2;
       long long v1, v2;
       if (i == 0) {
-        out += f[i];   // the "N" record tag
+        out += f[i];  // the "N" record tag
       } else if (i < prev.size() && f[i] == prev[i]) {
         out += "~";
       } else if (i < prev.size() && int_suffix(f[i], p1, v1) && int_suffix(prev[i], p2, v2) && p1 == p2 &&
@@ -284,12 +285,14 @@ std::string decode_summary(const std::string& text) {
 const std::vector<RegressCase>& regress_cases() {
   static const std::vector<RegressCase> cases = {
       // reference outputs: byte equality in --compat reference
-      {"ref_c102_linked", "synthetic-linked/c102_linked.ref.json.gz", true, false, "synthetic-linked/c102_linked.ref.et.gz",
-       "synthetic-linked/c102_linked.ref.et.jsonized.json.gz", "synthetic-linked/c102_linked.ref.convert_simulate.log.gz"},
+      {"ref_c102_linked", "synthetic-linked/c102_linked.ref.json.gz", true, false,
+       "synthetic-linked/c102_linked.ref.et.gz", "synthetic-linked/c102_linked.ref.et.jsonized.json.gz",
+       "synthetic-linked/c102_linked.ref.convert_simulate.log.gz"},
       {"ref_c102_host_unlinked", "mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", true, false,
-       "synthetic-linked/c102_host_unlinked.ref.et.gz", "", "synthetic-linked/c102_host_unlinked.ref.convert_simulate.log.gz"},
-      {"ref_resnet_linked", "synthetic-linked/resnet_linked.ref.json.gz", true, false, "synthetic-linked/resnet_linked.ref.et.gz",
-       "", "synthetic-linked/resnet_linked.ref.convert_simulate.log.gz"},
+       "synthetic-linked/c102_host_unlinked.ref.et.gz", "",
+       "synthetic-linked/c102_host_unlinked.ref.convert_simulate.log.gz"},
+      {"ref_resnet_linked", "synthetic-linked/resnet_linked.ref.json.gz", true, false,
+       "synthetic-linked/resnet_linked.ref.et.gz", "", "synthetic-linked/resnet_linked.ref.convert_simulate.log.gz"},
       {"ref_resnet_host_unlinked", "facebookresearch-param/resnet_et.json.gz", true, false,
        "synthetic-linked/resnet_host_unlinked.ref.et.gz", "", ""},
       // default mode: reviewed goldens
@@ -306,9 +309,11 @@ const std::vector<RegressCase>& regress_cases() {
       {"simple_add_et_1.0.1", "facebookresearch-hta/benchmark_simple_add_et.json.gz", false, false, "", "", ""},
       // existing .et files: read, validate, summarise
       {"feeder_tests_chakra.0", "mlcommons-chakra/feeder_tests_chakra.0.et.gz", false, true, "", "", ""},
-      {"astra_all_reduce.0", "astra-sim/workload__microbenchmarks__all_reduce__4npus_1MB__all_reduce.0.et.gz", false, true, "", "", ""},
+      {"astra_all_reduce.0", "astra-sim/workload__microbenchmarks__all_reduce__4npus_1MB__all_reduce.0.et.gz", false,
+       true, "", "", ""},
       {"astra_custom_allreduce.0",
-       "astra-sim/system__custom_collectives__custom_ring_allreduce_8npus_1MB__custom_allreduce.0.et.gz", false, true, "", "", ""},
+       "astra-sim/system__custom_collectives__custom_ring_allreduce_8npus_1MB__custom_allreduce.0.et.gz", false, true,
+       "", "", ""},
   };
   return cases;
 }
@@ -336,7 +341,8 @@ std::string et_summary(const std::string& et_path) {
     s += "\tstart=" + std::to_string(n.start_time_micros()) + "\tdur=" + std::to_string(n.duration_micros());
     // inputs, outputs and op_schema (long, unique-ish text) as one small hash
     std::string io;
-    for (const auto* x : {&n.inputs(), &n.outputs()}) io += x->values() + '\x1f' + x->shapes() + '\x1f' + x->types() + '\x1e';
+    for (const auto* x : {&n.inputs(), &n.outputs()})
+      io += x->values() + '\x1f' + x->shapes() + '\x1f' + x->types() + '\x1e';
     io += n.has_inputs() ? "i" : "-";
     io += n.has_outputs() ? "o" : "-";
     for (const auto& a : n.attr())
@@ -376,7 +382,8 @@ std::vector<std::string> diff_summaries(const std::string& golden, const std::st
       if (!gk.count(k)) add(label + ": new field " + k + " = '" + v + "'");
   }
   for (const auto& id : c.order)
-    if (!g.fields.count(id)) add("node " + id + " (" + (c.fields[id].size() > 1 ? c.fields[id][1] : "") + "): new node");
+    if (!g.fields.count(id))
+      add("node " + id + " (" + (c.fields[id].size() > 1 ? c.fields[id][1] : "") + "): new node");
   if (out.empty() && g.order != c.order) add("node order changed");
   if (out.empty() && g.hash != c.hash)
     add("file content hash changed (" + g.hash + " -> " + c.hash + ") in a way the per-node summary does not show");
@@ -410,7 +417,8 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
       results.push_back(r);
       continue;
     }
-    std::string et = work + "/" + c.name + ".et", js = work + "/" + c.name + ".json", log = work + "/" + c.name + ".log";
+    std::string et = work + "/" + c.name + ".et", js = work + "/" + c.name + ".json",
+                log = work + "/" + c.name + ".log";
     try {
       if (c.input_is_et) {
         et = in;
@@ -432,7 +440,7 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
       if (!c.ref_et.empty()) check(compare_files(et, opt.traces_dir + "/" + c.ref_et, "converted .et"));
       if (!c.ref_json.empty()) check(compare_files(js, opt.traces_dir + "/" + c.ref_json, "jsonized .et"));
       if (!c.ref_log.empty()) check(compare_logs(log, opt.traces_dir + "/" + c.ref_log));
-      if (!c.ref_et.empty()) {   // the reference output is the golden
+      if (!c.ref_et.empty()) {  // the reference output is the golden
         results.push_back(std::move(r));
         cleanup(c);
         continue;
@@ -445,7 +453,8 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
           auto d = golden.empty() ? std::vector<std::string>{"new golden"} : diff_summaries(golden, summary, 50);
           for (auto& l : d) r.messages.push_back("updated: " + l);
           write_gz(gpath, encode_summary(summary));
-          if (decode_summary(encode_summary(summary)) != summary) throw opf::Error("golden encoding does not round-trip");
+          if (decode_summary(encode_summary(summary)) != summary)
+            throw opf::Error("golden encoding does not round-trip");
         }
       } else if (golden.empty()) {
         r.ok = false;

@@ -13,27 +13,27 @@
 namespace opf::chakra {
 
 struct RegressCase {
-  std::string name;        // golden file stem
-  std::string input;       // relative to the traces dir
-  bool compat = false;     // --compat reference
+  std::string name;          // golden file stem
+  std::string input;         // relative to the traces dir
+  bool compat = false;       // --compat reference
   bool input_is_et = false;  // .et input: jsonize/validate/simulate only
-  std::string ref_et;      // reference .et (byte equality), relative, optional
-  std::string ref_json;    // reference jsonizer output (byte equality), optional
-  std::string ref_log;     // reference convert --simulate log (lines after the prefix), optional
+  std::string ref_et;        // reference .et (byte equality), relative, optional
+  std::string ref_json;      // reference jsonizer output (byte equality), optional
+  std::string ref_log;       // reference convert --simulate log (lines after the prefix), optional
 };
 
 const std::vector<RegressCase>& regress_cases();
 
 struct RegressOptions {
-  std::string traces_dir, golden_dir, work_dir;   // work_dir: temp outputs (default: a mkdtemp dir)
+  std::string traces_dir, golden_dir, work_dir;  // work_dir: temp outputs (default: a mkdtemp dir)
   bool update = false;
-  std::string only;   // run just this case name
+  std::string only;  // run just this case name
 };
 
 struct CaseResult {
   std::string name;
   bool ok = true;
-  std::vector<std::string> messages;   // differences, or why it failed (a missing input fails)
+  std::vector<std::string> messages;  // differences, or why it failed (a missing input fails)
 };
 
 std::vector<CaseResult> regress(const RegressOptions& opt);

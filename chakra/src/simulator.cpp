@@ -45,7 +45,7 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
   // order in which streams were first used (the reference's dict of running streams).
   std::map<std::pair<bool, int64_t>, uint32_t> stream_index;
   struct Stream {
-    std::deque<std::pair<uint64_t, uint32_t>> queue;   // (ready sequence, node)
+    std::deque<std::pair<uint64_t, uint32_t>> queue;  // (ready sequence, node)
     bool busy = false;
     uint32_t node = 0;
     uint64_t start = 0;
@@ -65,7 +65,7 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
   uint32_t next_rank = 0;
 
   std::deque<uint32_t> ready_cpu;
-  std::set<std::pair<uint64_t, uint32_t>> issuable;   // (front ready seq, stream) for free streams
+  std::set<std::pair<uint64_t, uint32_t>> issuable;  // (front ready seq, stream) for free streams
   uint64_t ready_seq = 0;
   size_t gpu_ready = 0;
   auto push_gpu = [&](uint32_t i) {
@@ -89,7 +89,8 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
   uint32_t cpu_node = 0;
   uint64_t cpu_start = 0;
   // (completion time, stream) of running GPU nodes
-  std::priority_queue<std::pair<uint64_t, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>, std::greater<>> gpu_done;
+  std::priority_queue<std::pair<uint64_t, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>, std::greater<>>
+      gpu_done;
   size_t gpu_running = 0;
   uint64_t now = 0;
   std::vector<uint32_t> issued;
@@ -102,7 +103,7 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
       uint64_t next = UINT64_MAX;
       if (cpu_busy) next = finish_time(cpu_start, cpu_node);
       if (!gpu_done.empty()) next = std::min(next, gpu_done.top().first);
-      if (next == UINT64_MAX) break;   // only blocked GPU work left: cannot happen
+      if (next == UINT64_MAX) break;  // only blocked GPU work left: cannot happen
       if (next - 1 > now) now = next - 1;
     }
     issued.clear();
@@ -113,8 +114,8 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
       cpu_start = now;
       issued.push_back(cpu_node);
       const EtNode& nd = nodes[cpu_node];
-      emit("Issuing CPU Node ID " + std::to_string(nd.id) + " (" + std::string(nd.name) + ") at " + std::to_string(now) +
-           "us with duration " + std::to_string(nd.duration) + "us, tid: " + tid_text(nd));
+      emit("Issuing CPU Node ID " + std::to_string(nd.id) + " (" + std::string(nd.name) + ") at " +
+           std::to_string(now) + "us with duration " + std::to_string(nd.duration) + "us, tid: " + tid_text(nd));
     }
     while (!issuable.empty()) {
       auto [seq, si] = *issuable.begin();
@@ -131,14 +132,15 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
       ++gpu_running;
       issued.push_back(i);
       const EtNode& nd = nodes[i];
-      emit("Issuing GPU Node ID " + std::to_string(nd.id) + " (" + std::string(nd.name) + ") at " + std::to_string(now) +
-           "us on stream " + stream_text(nd) + " with duration " + std::to_string(nd.duration) +
+      emit("Issuing GPU Node ID " + std::to_string(nd.id) + " (" + std::string(nd.name) + ") at " +
+           std::to_string(now) + "us on stream " + stream_text(nd) + " with duration " + std::to_string(nd.duration) +
            "us, tid: stream " + stream_text(nd));
     }
     ++now;
     if (cpu_busy && finish_time(cpu_start, cpu_node) <= now) {
       const EtNode& nd = nodes[cpu_node];
-      emit("CPU Node ID " + std::to_string(nd.id) + " completed at " + std::to_string(now) + "us, tid: " + tid_text(nd));
+      emit("CPU Node ID " + std::to_string(nd.id) + " completed at " + std::to_string(now) +
+           "us, tid: " + tid_text(nd));
       if (span) span(cpu_node, cpu_start, now);
       cpu_busy = false;
       res.makespan = now;
@@ -148,7 +150,8 @@ SimResult simulate(const std::vector<EtNode>& nodes, const std::function<void(co
       completing.push_back(gpu_done.top().second);
       gpu_done.pop();
     }
-    std::sort(completing.begin(), completing.end(), [&](uint32_t a, uint32_t b) { return issue_rank[a] < issue_rank[b]; });
+    std::sort(completing.begin(), completing.end(),
+              [&](uint32_t a, uint32_t b) { return issue_rank[a] < issue_rank[b]; });
     for (uint32_t si : completing) {
       Stream& s = streams[si];
       const EtNode& nd = nodes[s.node];

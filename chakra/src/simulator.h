@@ -15,8 +15,8 @@
 namespace opf::chakra {
 
 struct SimResult {
-  uint64_t makespan = 0;   // time of the last completion
-  size_t issued = 0;       // nodes that ran (< nodes.size() if some never became ready)
+  uint64_t makespan = 0;  // time of the last completion
+  size_t issued = 0;      // nodes that ran (< nodes.size() if some never became ready)
 };
 
 // What ran when: node index in `nodes`, issue tick and completion tick (µs). A node holds its

@@ -72,7 +72,7 @@ class StringPool {
 
  private:
   char* alloc(size_t n) {
-    if (n > kBlock / 4) {   // big strings get their own block
+    if (n > kBlock / 4) {  // big strings get their own block
       big_.emplace_back(new char[n]);
       return big_.back().get();
     }

@@ -15,9 +15,11 @@ std::vector<Issue> validate_graph(const std::vector<EtNode>& nodes, const Valida
   IdIndex pos;
   {
     size_t dup = 0, first = 0;
-    if (!pos.build(nodes.size(), [&](size_t i) { return nodes[i].id; }, &dup, &first))
-      issues.push_back({true, label(nodes[dup]), "duplicate node id " + std::to_string(nodes[dup].id) + " (also used by " +
-                                                     label(nodes[first]) + ")"});
+    if (!pos.build(
+            nodes.size(), [&](size_t i) { return nodes[i].id; }, &dup, &first))
+      issues.push_back(
+          {true, label(nodes[dup]),
+           "duplicate node id " + std::to_string(nodes[dup].id) + " (also used by " + label(nodes[first]) + ")"});
   }
   for (const auto& n : nodes) {
     for (uint64_t d : n.data_deps)
@@ -25,7 +27,8 @@ std::vector<Issue> validate_graph(const std::vector<EtNode>& nodes, const Valida
         issues.push_back({true, label(n), "data dependency on missing node " + std::to_string(d)});
     for (uint64_t d : n.ctrl_deps)
       if (pos.find(d) == IdIndex::kNone)
-        issues.push_back({opt.ctrl_dangling_is_error, label(n), "control dependency on missing node " + std::to_string(d)});
+        issues.push_back(
+            {opt.ctrl_dangling_is_error, label(n), "control dependency on missing node " + std::to_string(d)});
   }
   // cycles over data_deps (node -> dep), iterative DFS in map order
   enum : uint8_t { kWhite, kGray, kBlack };
@@ -75,8 +78,11 @@ std::vector<Issue> validate_metadata(const ChakraProtoMsg::GlobalMetadata& meta)
     const char* name;
     A::ValueCase kind;
     bool seen = false;
-  } want[] = {{"schema", A::kStringVal}, {"pid", A::kUint64Val}, {"time", A::kStringVal},
-              {"start_ts", A::kUint64Val}, {"finish_ts", A::kUint64Val}};
+  } want[] = {{"schema", A::kStringVal},
+              {"pid", A::kUint64Val},
+              {"time", A::kStringVal},
+              {"start_ts", A::kUint64Val},
+              {"finish_ts", A::kUint64Val}};
   uint64_t start = 0, finish = 0;
   bool has_start = false, has_finish = false;
   for (const auto& a : meta.attr()) {
@@ -85,7 +91,8 @@ std::vector<Issue> validate_metadata(const ChakraProtoMsg::GlobalMetadata& meta)
       if (w.seen) issues.push_back({true, "GlobalMetadata", std::string("attribute '") + w.name + "' appears twice"});
       w.seen = true;
       if (a.value_case() != w.kind)
-        issues.push_back({false, "GlobalMetadata", std::string("attribute '") + w.name + "' has an unexpected value kind"});
+        issues.push_back(
+            {false, "GlobalMetadata", std::string("attribute '") + w.name + "' has an unexpected value kind"});
     }
     if (a.name() == "start_ts" && a.value_case() == A::kUint64Val) start = a.uint64_val(), has_start = true;
     if (a.name() == "finish_ts" && a.value_case() == A::kUint64Val) finish = a.uint64_val(), has_finish = true;
@@ -101,7 +108,8 @@ std::vector<Issue> validate_metadata(const ChakraProtoMsg::GlobalMetadata& meta)
   if (!converter_style && meta.version().empty() && meta.attr_size() == 0)
     issues.push_back({false, "GlobalMetadata", "empty (no version, no schema)"});
   if (has_start && has_finish && finish < start)
-    issues.push_back({true, "GlobalMetadata", "finish_ts " + std::to_string(finish) + " is before start_ts " + std::to_string(start)});
+    issues.push_back({true, "GlobalMetadata",
+                      "finish_ts " + std::to_string(finish) + " is before start_ts " + std::to_string(start)});
   return issues;
 }
 

@@ -13,7 +13,7 @@ namespace opf::chakra {
 
 struct Issue {
   bool error = true;
-  std::string where;     // "node 12 (aten::mm)" / "GlobalMetadata" / ...
+  std::string where;  // "node 12 (aten::mm)" / "GlobalMetadata" / ...
   std::string problem;
 };
 

@@ -32,10 +32,10 @@ const std::string kThread = et_node(2, "[pytorch|profiler|execution_trace|thread
 struct BadCase {
   std::string name;
   std::string content;
-  std::string expect;        // substring of the message (the problem)
-  std::string where;         // substring naming the position / node
+  std::string expect;  // substring of the message (the problem)
+  std::string where;   // substring naming the position / node
   bool compat = false;
-  bool is_et = false;        // jsonize an .et instead of converting JSON
+  bool is_et = false;  // jsonize an .et instead of converting JSON
   std::string file = "in.json";
 };
 
@@ -47,13 +47,14 @@ std::vector<BadCase> bad_cases() {
   // a valid .et to cut short
   std::string et;
   et.push_back(char(0x02));
-  et += std::string("\x0a\x00", 2);   // GlobalMetadata{version:""} (2 bytes)
+  et += std::string("\x0a\x00", 2);  // GlobalMetadata{version:""} (2 bytes)
   et.push_back(char(10));
-  et += std::string("\x08\x05\x12\x06", 4) + "abcdef";   // Node{id:5,name:"abcdef"} (10 bytes)
-  std::string itd_cycle = et_trace(kProc + ", " + kThread + ", " + et_node(3, "a1", "2", "\"inter_thread_dep\": 12") + ", " +
-                                   et_node(4, "a2", "2") + ", " + et_node(10, "[pytorch|profiler|execution_trace|thread]", "1") +
-                                   ", " + et_node(11, "b1", "10", "\"inter_thread_dep\": 4", R"J({"values": [], "shapes": [], "types": []})J", 2) +
-                                   ", " + et_node(12, "b2", "10", "", R"J({"values": [], "shapes": [], "types": []})J", 2));
+  et += std::string("\x08\x05\x12\x06", 4) + "abcdef";  // Node{id:5,name:"abcdef"} (10 bytes)
+  std::string itd_cycle =
+      et_trace(kProc + ", " + kThread + ", " + et_node(3, "a1", "2", "\"inter_thread_dep\": 12") + ", " +
+               et_node(4, "a2", "2") + ", " + et_node(10, "[pytorch|profiler|execution_trace|thread]", "1") + ", " +
+               et_node(11, "b1", "10", "\"inter_thread_dep\": 4", R"J({"values": [], "shapes": [], "types": []})J", 2) +
+               ", " + et_node(12, "b2", "10", "", R"J({"values": [], "shapes": [], "types": []})J", 2));
   return {
       {"empty_file", "", "empty file", "byte 0"},
       {"whitespace_only", " \n\t ", "empty file", "byte 4"},
@@ -62,13 +63,17 @@ std::vector<BadCase> bad_cases() {
       {"truncated_after_nodes", good.substr(0, good.rfind(']') + 1), "end of input", "byte "},
       {"trailing_garbage", good + " }", "unexpected data after the end", "byte "},
       {"wrong_schema", et_trace(test::small_host_nodes(), "2.0.0"), "unsupported schema version '2.0.0'", "schema"},
-      {"schema_1_0_1_in_compat", et_trace(test::small_host_nodes(), "1.0.1"), "unsupported schema version '1.0.1'", "schema", true},
+      {"schema_1_0_1_in_compat", et_trace(test::small_host_nodes(), "1.0.1"), "unsupported schema version '1.0.1'",
+       "schema", true},
       {"missing_schema", "{\"pid\": 1, \"nodes\": [" + test::small_host_nodes() + "]}", "missing schema", "byte "},
-      {"missing_finish_ts", "{\"schema\": \"1.0.2-chakra.0.0.4\", \"pid\": 7, \"time\": \"t\", \"start_ts\": 1, \"nodes\": [" +
-                                test::small_host_nodes() + "]}", "missing metadata key \"finish_ts\"", "top level"},
+      {"missing_finish_ts",
+       "{\"schema\": \"1.0.2-chakra.0.0.4\", \"pid\": 7, \"time\": \"t\", \"start_ts\": 1, \"nodes\": [" +
+           test::small_host_nodes() + "]}",
+       "missing metadata key \"finish_ts\"", "top level"},
       {"nodes_not_array", "{\"schema\": \"1.0.2-chakra.0.0.4\", \"nodes\": {}}", "must be an array", "byte "},
       {"node_not_object", et_trace(kProc + ", 42"), "must be a JSON object", "nodes[1]"},
-      {"duplicate_ids", et_trace(test::small_host_nodes() + ", " + et_node(3, "again", "2")), "duplicate node id", "node 3"},
+      {"duplicate_ids", et_trace(test::small_host_nodes() + ", " + et_node(3, "again", "2")), "duplicate node id",
+       "node 3"},
       {"dep_on_missing_id", et_trace(kProc + ", " + kThread + ", " + et_node(3, "x", "2", "\"inter_thread_dep\": 999")),
        "missing node 999", "node 3"},
       {"cycle", itd_cycle, "dependency cycle", "node "},
@@ -76,18 +81,25 @@ std::vector<BadCase> bad_cases() {
        "negative exclusive_dur", "node 3"},
       {"huge_integer_id", et_trace(kProc + ", " + "{\"id\": 123456789012345678901234567890, \"name\": \"x\"}"),
        "beyond 64 bits", "nodes[1]"},
-      {"string_id", et_trace(kProc + ", " + et_node(3, "x", "2").replace(7, 1, "\"3\"")), "must be an integer", "nodes[1]"},
+      {"string_id", et_trace(kProc + ", " + et_node(3, "x", "2").replace(7, 1, "\"3\"")), "must be an integer",
+       "nodes[1]"},
       {"negative_id", et_trace(kProc + ", " + et_node(-3, "x", "2")), "negative node id", "id -3"},
-      {"missing_id", et_trace(kProc + ", {\"name\": \"x\", \"ctrl_deps\": 1}"), "lacks required key \"id\"", "nodes[1]"},
-      {"missing_attr", et_trace(kProc + ", " + kThread + ", {\"id\": 3, \"name\": \"x\", \"ctrl_deps\": 2, " +
-                                R"J("inputs": {"values": [], "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []})J"),
+      {"missing_id", et_trace(kProc + ", {\"name\": \"x\", \"ctrl_deps\": 1}"), "lacks required key \"id\"",
+       "nodes[1]"},
+      {"missing_attr",
+       et_trace(
+           kProc + ", " + kThread + ", {\"id\": 3, \"name\": \"x\", \"ctrl_deps\": 2, " +
+           R"J("inputs": {"values": [], "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []})J"),
        "missing attribute 'rf_id'", "node 3"},
-      {"non_utf8_name", et_trace(kProc + ", " + kThread + ", " + et_node(3, "bad\xff\xfename", "2")), "UTF-8", "nodes[2]"},
-      {"bad_escape", et_trace(kProc + ", " + kThread + ", " + et_node(3, "bad\\qescape", "2")), "invalid string", "nodes[2]"},
+      {"non_utf8_name", et_trace(kProc + ", " + kThread + ", " + et_node(3, "bad\xff\xfename", "2")), "UTF-8",
+       "nodes[2]"},
+      {"bad_escape", et_trace(kProc + ", " + kThread + ", " + et_node(3, "bad\\qescape", "2")), "invalid string",
+       "nodes[2]"},
       {"corrupt_gzip", corrupt_gz, "gzip", "byte ", false, false, "in.json.gz"},
       {"truncated_gzip", good_gz.substr(0, good_gz.size() - 30), "truncated gzip", "byte ", false, false, "in.json.gz"},
-      {"unknown_nccl_compat", et_trace(kProc + ", " + kThread + ", " + et_node(3, "nccl:x", "2") + ", " +
-                                       et_node(4, "ncclDevKernel_Generic", "3", "\"cat\": \"kernel\", \"stream\": 3")),
+      {"unknown_nccl_compat",
+       et_trace(kProc + ", " + kThread + ", " + et_node(3, "nccl:x", "2") + ", " +
+                et_node(4, "ncclDevKernel_Generic", "3", "\"cat\": \"kernel\", \"stream\": 3")),
        "collective communication type", "node 4", true},
       {"truncated_et", et.substr(0, et.size() - 3), "truncated record", "record 1", false, true, "in.et"},
       {"truncated_et_varint", et.substr(0, 3) + "\x80", "truncated length prefix", "record 1", false, true, "in.et"},
@@ -123,7 +135,8 @@ TEST_P(BadInput, OneLineErrorNamingFilePositionProblemAndNoOutput) {
   EXPECT_NE(msg.find(c.where), std::string::npos) << "position: " << msg;
   EXPECT_FALSE(test::exists(out)) << "output written despite the error";
   // nothing else (temp files) left next to the output
-  EXPECT_EQ(std::system(("test $(ls -A '" + td.path() + "' | wc -l) -eq 1").c_str()), 0) << "stray files in " << td.path();
+  EXPECT_EQ(std::system(("test $(ls -A '" + td.path() + "' | wc -l) -eq 1").c_str()), 0)
+      << "stray files in " << td.path();
 }
 
 INSTANTIATE_TEST_SUITE_P(Chakra, BadInput, ::testing::ValuesIn(bad_cases()),
@@ -197,8 +210,8 @@ TEST_F(Cli, ParallelConvertReportsEachBadPairAndWritesTheGoodOnes) {
   TempDir td;
   test::write_file(td.file("good.json"), et_trace(test::small_host_nodes()));
   test::write_file(td.file("bad.json"), "{");
-  CliRun r = run_cli("chakra convert -j 2 " + td.file("good.json") + " " + td.file("g.et") + " " + td.file("bad.json") + " " +
-                  td.file("b.et"));
+  CliRun r = run_cli("chakra convert -j 2 " + td.file("good.json") + " " + td.file("g.et") + " " + td.file("bad.json") +
+                     " " + td.file("b.et"));
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find(td.file("bad.json")), std::string::npos) << r.err;
   EXPECT_TRUE(test::exists(td.file("g.et")));

@@ -63,14 +63,14 @@ TEST(PyRepr, StringsChooseQuotesAndEscapeLikePython) {
   EXPECT_EQ(repr_str("it's \"x\""), "'it\\'s \"x\"'");
   EXPECT_EQ(repr_str("a\tb\nc\\"), "'a\\tb\\nc\\\\'");
   EXPECT_EQ(repr_str("\x01\x7f"), "'\\x01\\x7f'");
-  EXPECT_EQ(repr_str("caf\xc3\xa9"), "'caf\xc3\xa9'");          // printable non-ASCII kept
-  EXPECT_EQ(repr_str("\xc2\xa0"), "'\\xa0'");                    // NBSP is not printable
-  EXPECT_EQ(repr_str("\xe2\x80\xa8"), "'\\u2028'");              // line separator
+  EXPECT_EQ(repr_str("caf\xc3\xa9"), "'caf\xc3\xa9'");  // printable non-ASCII kept
+  EXPECT_EQ(repr_str("\xc2\xa0"), "'\\xa0'");           // NBSP is not printable
+  EXPECT_EQ(repr_str("\xe2\x80\xa8"), "'\\u2028'");     // line separator
 }
 
 TEST(PyRepr, JsonValuesRenderAsPythonStr) {
   EXPECT_EQ(repr_json(R"J([[5,6,0,1,4,"cpu"]])J"), "[[5, 6, 0, 1, 4, 'cpu']]");
-  EXPECT_EQ(repr_json(R"J("values")J"), "values");                 // top-level str() is unquoted
+  EXPECT_EQ(repr_json(R"J("values")J"), "values");  // top-level str() is unquoted
   EXPECT_EQ(repr_json(R"J("values")J", false), "'values'");
   EXPECT_EQ(repr_json(R"J({"a": [true, null, false]})J"), "{'a': [True, None, False]}");
   EXPECT_EQ(repr_json("123456789012345678901234567890"), "123456789012345678901234567890");
@@ -89,7 +89,7 @@ TEST(ByteSource, ReadsGzipTransparentlyIncludingConcatenatedMembers) {
   gzwrite(g, plain.data(), unsigned(plain.size()));
   gzclose(g);
   std::string two = test::read_file(td.file("a.json.gz"));
-  test::write_file(td.file("two.gz"), two + two);   // `cat a.gz a.gz`
+  test::write_file(td.file("two.gz"), two + two);  // `cat a.gz a.gz`
   EXPECT_EQ(read_all(td.file("a.json")), plain);
   EXPECT_EQ(read_all(td.file("a.json.gz")), plain);
   EXPECT_EQ(read_all(td.file("two.gz")), plain + plain);
@@ -102,7 +102,7 @@ TEST(AtomicOutput, NothingAppearsWithoutCommitAndOldFileSurvives) {
   {
     AtomicOutput o(p);
     o.write("new data");
-  }   // no commit: discarded
+  }  // no commit: discarded
   EXPECT_EQ(test::read_file(p), "old");
   EXPECT_EQ(std::system(("test $(ls '" + td.path() + "' | wc -l) -eq 1").c_str()), 0) << "temp file left behind";
   {
@@ -129,7 +129,7 @@ TEST(EtStream, RoundTripsAndTreatsSizeZeroAsEofOnlyInCompatMode) {
     ChakraProtoMsg::GlobalMetadata gm;
     gm.set_version("1.0.0");
     w.write(gm);
-    ChakraProtoMsg::Node n;   // id 0, nothing else: serializes to 0 bytes
+    ChakraProtoMsg::Node n;  // id 0, nothing else: serializes to 0 bytes
     w.write(n);
     n.set_id(5);
     n.set_name("after");

@@ -73,7 +73,7 @@ TEST(ReferenceSimulation, SimulatingTheReferenceEtGivesTheReferenceLogLines) {
   std::istringstream log(read_all(dir + "c102_linked.ref.convert_simulate.log.gz"));
   bool in_sim = false;
   for (std::string line; std::getline(log, line);) {
-    line = line.substr(line.find("] ") + 2);   // strip "LEVEL [date time] "
+    line = line.substr(line.find("] ") + 2);  // strip "LEVEL [date time] "
     if (line == "Simulating execution of Chakra nodes based on data dependencies.") in_sim = true;
     else if (in_sim && line.rfind("Conversion successful", 0) != 0) want.push_back(line);
   }
@@ -95,7 +95,7 @@ TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
   auto a = read_nodes(td.file("compat.et")), b = read_nodes(td.file("default.et"));
   ASSERT_EQ(a.size(), b.size());
   std::set<uint64_t> ids;
-  std::map<uint64_t, std::vector<uint64_t>> metadata_deps;   // METADATA node -> its data deps
+  std::map<uint64_t, std::vector<uint64_t>> metadata_deps;  // METADATA node -> its data deps
   for (const auto& n : b) {
     ids.insert(n.id());
     if (n.type() == ChakraProtoMsg::METADATA_NODE) metadata_deps[n.id()] = {n.data_deps().begin(), n.data_deps().end()};
@@ -120,7 +120,8 @@ TEST(DefaultMode, NoCtrlDepToRemovedNodesButOtherwiseSameGraphAsReference) {
       x.clear_data_deps();
       for (uint64_t d : metadata_deps[a[i].data_deps(0)]) x.add_data_deps(d);
     }
-    EXPECT_EQ(x.SerializeAsString(), y.SerializeAsString()) << "node " << a[i].id() << " differs beyond the ctrl-dep fix";
+    EXPECT_EQ(x.SerializeAsString(), y.SerializeAsString())
+        << "node " << a[i].id() << " differs beyond the ctrl-dep fix";
   }
   EXPECT_EQ(dangling_in_reference, 1u) << "the reference writes the thread root with ctrl_deps=[0] (removed node)";
   EXPECT_EQ(reparented, 1u) << "aten::empty (3) waits on process_group:init (2) in the reference";
@@ -166,18 +167,20 @@ TEST(DefaultMode, ReadsSchema111Chakra100ThatCrashesTheReference) {
   ChakraProtoMsg::GlobalMetadata gm;
   auto nodes = read_nodes(td.file("d.et"), &gm);
   EXPECT_EQ(gm.attr(0).string_val(), "1.1.1-chakra.1.0.0");
-  ASSERT_EQ(nodes.size(), 3u);   // process root removed as dangling
+  ASSERT_EQ(nodes.size(), 3u);  // process root removed as dangling
   EXPECT_EQ(nodes[2].name(), "aten::relu");
   ASSERT_EQ(nodes[2].data_deps_size(), 1);
   EXPECT_EQ(nodes[2].data_deps(0), 3u);
 }
 
 std::string nccl_trace(const std::string& kernel) {
-  std::string tensor = R"J({"values": [[10, 11, 0, 256, 4, "cuda:0"]], "shapes": [[256]], "types": ["Tensor(float)"]})J";
-  return et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
-                  et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
-                  et_node(2, "nccl:reduce", "1", "\"exclusive_dur\": 5.7", tensor) + ", " +
-                  et_node(3, kernel, "2", R"J("cat": "kernel", "stream": 20, "pg_name": "0", "exclusive_dur": 9.9)J", tensor));
+  std::string tensor =
+      R"J({"values": [[10, 11, 0, 256, 4, "cuda:0"]], "shapes": [[256]], "types": ["Tensor(float)"]})J";
+  return et_trace(
+      et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+      et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
+      et_node(2, "nccl:reduce", "1", "\"exclusive_dur\": 5.7", tensor) + ", " +
+      et_node(3, kernel, "2", R"J("cat": "kernel", "stream": 20, "pg_name": "0", "exclusive_dur": 9.9)J", tensor));
 }
 
 TEST(DefaultMode, UnknownNcclKernelWarnsAndKeepsTheNodeInsteadOfAborting) {
@@ -203,7 +206,7 @@ TEST(DefaultMode, UnknownNcclKernelWarnsAndKeepsTheNodeInsteadOfAborting) {
   ASSERT_NE(attr(k, "comm_size"), nullptr);
   EXPECT_EQ(attr(k, "comm_size")->int64_val(), 256 * 4);
   EXPECT_EQ(attr(k, "pg_name")->string_val(), "0");
-  EXPECT_EQ(k.duration_micros(), 9u);   // int() truncation
+  EXPECT_EQ(k.duration_micros(), 9u);  // int() truncation
 }
 
 TEST(DefaultMode, NcclReduceKernelGetsReduceType) {
@@ -307,28 +310,30 @@ TEST(DefaultMode, WritesStartTimesWhereTheInputHasThem) {
 
 TEST(Converter, CommSizeSumsGenericListTensorsAndSkipsOutputs) {
   TempDir td;
-  std::string in = R"J({"values": [[[1, 2, 0, 10, 4, "cuda:0"], [3, 4, 0, 6, 2, "cuda:0"]], 5, [7, 8, 0, 3, 8, "cuda:0"]],)J"
-                   R"J( "shapes": [[[10], [6]], [], [3]], "types": ["GenericList[Tensor(float),Tensor(half)]", "Int", "Tensor(double)"]})J";
-  std::string t = et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
-                           et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
-                           et_node(2, "nccl:all_gather", "1", "", in) + ", " +
-                           et_node(3, "ncclDevKernel_AllGather_RING_LL", "2", R"J("cat": "kernel", "stream": 20)J", in));
+  std::string in =
+      R"J({"values": [[[1, 2, 0, 10, 4, "cuda:0"], [3, 4, 0, 6, 2, "cuda:0"]], 5, [7, 8, 0, 3, 8, "cuda:0"]],)J"
+      R"J( "shapes": [[[10], [6]], [], [3]], "types": ["GenericList[Tensor(float),Tensor(half)]", "Int", "Tensor(double)"]})J";
+  std::string t = et_trace(
+      et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+      et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " + et_node(2, "nccl:all_gather", "1", "", in) +
+      ", " + et_node(3, "ncclDevKernel_AllGather_RING_LL", "2", R"J("cat": "kernel", "stream": 20)J", in));
   test::write_file(td.file("t.json"), t);
   convert(td.file("t.json"), td.file("d.et"), quiet(true));
   const auto k = read_nodes(td.file("d.et")).back();
   EXPECT_EQ(attr(k, "comm_type")->int64_val(), ChakraProtoMsg::ALL_GATHER);
   EXPECT_EQ(attr(k, "comm_size")->int64_val(), 10 * 4 + 6 * 2 + 3 * 8);
-  EXPECT_EQ(k.inputs().values(), "[[[1, 2, 0, 10, 4, 'cuda:0'], [3, 4, 0, 6, 2, 'cuda:0']], 5, [7, 8, 0, 3, 8, 'cuda:0']]");
+  EXPECT_EQ(k.inputs().values(),
+            "[[[1, 2, 0, 10, 4, 'cuda:0'], [3, 4, 0, 6, 2, 'cuda:0']], 5, [7, 8, 0, 3, 8, 'cuda:0']]");
 }
 
 TEST(Converter, DataDepsFollowPreOrderChainAndGpuNodesHangOffTheirLauncher) {
   TempDir td;
   // 1 thread root; 2 parent of 3 and 4; GPU 5 launched by 3; 6 after 2's subtree
-  std::string t = et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
-                           et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " +
-                           et_node(2, "outer", "1") + ", " + et_node(3, "launch", "2") + ", " +
-                           et_node(5, "kernel_a", "3", R"J("cat": "kernel", "stream": 7)J") + ", " +
-                           et_node(4, "inner2", "2") + ", " + et_node(6, "next", "1"));
+  std::string t =
+      et_trace(et_node(0, "[pytorch|profiler|execution_trace|process]", "0") + ", " +
+               et_node(1, "[pytorch|profiler|execution_trace|thread]", "0") + ", " + et_node(2, "outer", "1") + ", " +
+               et_node(3, "launch", "2") + ", " + et_node(5, "kernel_a", "3", R"J("cat": "kernel", "stream": 7)J") +
+               ", " + et_node(4, "inner2", "2") + ", " + et_node(6, "next", "1"));
   test::write_file(td.file("t.json"), t);
   convert(td.file("t.json"), td.file("d.et"), quiet(false));
   std::map<uint64_t, std::vector<uint64_t>> deps;
@@ -361,7 +366,7 @@ TEST(Validator, DeepChainNeedsNoRecursion) {
     g[i].name = "n";
     if (i) g[i].data_deps = {i - 1};
   }
-  std::reverse(g.begin(), g.end());   // worst order for a DFS from the first node
+  std::reverse(g.begin(), g.end());  // worst order for a DFS from the first node
   EXPECT_TRUE(validate_graph(g).empty());
 }
 
@@ -395,7 +400,7 @@ TEST(Simulator, CostDoesNotGrowWithSimulatedTime) {
   g[1] = {2, "G", {1}, {}, 5'000'000'000'000ull, false, true, 7, true, 1};
   g[2] = {3, "B", {1}, {}, 1, true, true, 0, true, 1};
   size_t n = 0;
-  auto r = simulate(g, [&](const std::string&) { ++n; });   // a per-µs loop would never finish
+  auto r = simulate(g, [&](const std::string&) { ++n; });  // a per-µs loop would never finish
   EXPECT_EQ(r.makespan, 5'000'000'000'001ull);
   EXPECT_EQ(r.issued, 3u);
   EXPECT_EQ(n, 7u);

@@ -28,12 +28,14 @@ INSTANTIATE_TEST_SUITE_P(Chakra, Golden, ::testing::ValuesIn(golden_case_names()
 });
 
 TEST(GoldenDiff, NamesChangedNodesAndFields) {
-  std::string g = "M\tversion=\n"
-                  "N\t1\tCOMP_NODE\taten::mm\tctrl=\tdata=\tstart=0\tdur=5\tin=aa\tout=bb\trf_id=i64:1\n"
-                  "N\t2\tCOMP_NODE\taten::relu\tctrl=1\tdata=1\tstart=0\tdur=2\tin=cc\tout=dd\trf_id=i64:2\n";
-  std::string now = "M\tversion=\n"
-                    "N\t1\tCOMP_NODE\taten::mm\tctrl=\tdata=\tstart=0\tdur=7\tin=aa\tout=bb\trf_id=i64:1\n"
-                    "N\t3\tCOMP_NODE\tnew\tctrl=\tdata=1\tstart=0\tdur=1\tin=cc\tout=dd\trf_id=i64:3\n";
+  std::string g =
+      "M\tversion=\n"
+      "N\t1\tCOMP_NODE\taten::mm\tctrl=\tdata=\tstart=0\tdur=5\tin=aa\tout=bb\trf_id=i64:1\n"
+      "N\t2\tCOMP_NODE\taten::relu\tctrl=1\tdata=1\tstart=0\tdur=2\tin=cc\tout=dd\trf_id=i64:2\n";
+  std::string now =
+      "M\tversion=\n"
+      "N\t1\tCOMP_NODE\taten::mm\tctrl=\tdata=\tstart=0\tdur=7\tin=aa\tout=bb\trf_id=i64:1\n"
+      "N\t3\tCOMP_NODE\tnew\tctrl=\tdata=1\tstart=0\tdur=1\tin=cc\tout=dd\trf_id=i64:3\n";
   auto d = diff_summaries(g, now);
   ASSERT_EQ(d.size(), 3u);
   EXPECT_EQ(d[0], "node 1 (aten::mm): field dur: golden '5' now '7'");

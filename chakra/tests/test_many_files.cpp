@@ -54,13 +54,16 @@ TEST(ForEachFile, VisitsEveryIndexOnceForAnyJobCount) {
 
 TEST_F(ManyFiles, ConvertGivesTheSameBytesWithAnyJobsAndABadPairFailsAlone) {
   TempDir td;
-  const std::string real = std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
+  const std::string real =
+      std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
   test::write_file(td.file("small.json"), test::et_trace(test::small_host_nodes()));
   test::write_file(td.file("bad.json"), "{\"schema\": ");
   std::string args1, args2;
   const char* ins[] = {"real", "small", "bad", "real2"};
   for (const char* in : ins) {
-    std::string src = std::string(in) == "small" ? td.file("small.json") : std::string(in) == "bad" ? td.file("bad.json") : real;
+    std::string src = std::string(in) == "small" ? td.file("small.json")
+                      : std::string(in) == "bad" ? td.file("bad.json")
+                                                 : real;
     args1 += " " + src + " " + td.file(std::string(in) + ".j1.et");
     args2 += " " + src + " " + td.file(std::string(in) + ".j2.et");
   }
@@ -75,8 +78,11 @@ TEST_F(ManyFiles, ConvertGivesTheSameBytesWithAnyJobsAndABadPairFailsAlone) {
     EXPECT_TRUE(x == test::read_file(td.file(std::string(in) + ".j2.et"))) << in;
   }
   // default -j (one per core) too
-  EXPECT_EQ(run_cli("chakra convert " + real + " " + td.file("d.et") + " " + td.file("small.json") + " " +
-                        td.file("d2.et"), td).rc, 0);
+  EXPECT_EQ(
+      run_cli("chakra convert " + real + " " + td.file("d.et") + " " + td.file("small.json") + " " + td.file("d2.et"),
+              td)
+          .rc,
+      0);
   EXPECT_TRUE(test::read_file(td.file("d.et")) == test::read_file(td.file("real.j1.et")));
 }
 
@@ -84,10 +90,11 @@ TEST_F(ManyFiles, ValidateReportsInInputOrderWhateverTheJobs) {
   TempDir td;
   const std::string d = std::string(OPF_TEXT_DATA) + "/";
   std::string files;
-  for (const char* w : {"DLRM_HybridParallel/DLRM_HybridParallel.npus4.passes2.", "MLP_ModelParallel/MLP_ModelParallel.npus4.passes1."})
+  for (const char* w :
+       {"DLRM_HybridParallel/DLRM_HybridParallel.npus4.passes2.", "MLP_ModelParallel/MLP_ModelParallel.npus4.passes1."})
     for (int k = 0; k < 4; ++k) files += " " + d + w + std::to_string(k) + ".et.gz";
   test::write_file(td.file("broken.et"), std::string("\x05\x0a\x01", 3));
-  files += " " + td.file("broken.et") + files;   // the bad file in the middle
+  files += " " + td.file("broken.et") + files;  // the bad file in the middle
   CliRun a = run_cli("chakra validate -j 1" + files, td), b = run_cli("chakra validate -j 3" + files, td);
   EXPECT_EQ(a.rc, 1);
   EXPECT_EQ(b.rc, 1);
@@ -117,8 +124,10 @@ TEST_F(ManyFiles, FromTextWritesEachWorkloadIntoTheDirectoryAndFailsPerWorkload)
       const std::string want = read_all(d + w + "/" + w + ".npus4.passes2." + std::to_string(k) + ".et.gz");
       EXPECT_TRUE(test::read_file(td.file(std::string(w) + "." + std::to_string(k) + ".et")) == want) << w << " " << k;
     }
-  CliRun dup = run_cli("chakra from-text --npus 1 -o " + td.path() + " " + d + "MLP_ModelParallel/MLP_ModelParallel.txt " +
-                           d + "MLP_ModelParallel/../MLP_ModelParallel/MLP_ModelParallel.txt", td);
+  CliRun dup =
+      run_cli("chakra from-text --npus 1 -o " + td.path() + " " + d + "MLP_ModelParallel/MLP_ModelParallel.txt " + d +
+                  "MLP_ModelParallel/../MLP_ModelParallel/MLP_ModelParallel.txt",
+              td);
   EXPECT_EQ(dup.rc, 2);
   EXPECT_NE(dup.err.find("same output name as"), std::string::npos) << dup.err;
 }

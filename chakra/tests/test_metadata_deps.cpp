@@ -74,7 +74,8 @@ ConvertOptions quiet(bool compat) {
 
 TEST(DefaultMode, NoNodeWaitsOnAMetadataNodeInThe102HostTrace) {
   TempDir td;
-  const std::string in = std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
+  const std::string in =
+      std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz";
   convert(in, td.file("ref.et"), quiet(true));
   ConvertStats st = convert(in, td.file("def.et"), quiet(false));
   const auto ref = read_nodes(td.file("ref.et")), def = read_nodes(td.file("def.et"));
@@ -137,11 +138,11 @@ TEST(DefaultMode, NoNodeWaitsOnAMetadataNodeThroughChainsAndCtrlDeps) {
 TEST(MetadataDeps, KeepsOrderDropsDuplicatesAndSurvivesMetadataCycles) {
   std::vector<EtNode> g(6);
   for (size_t k = 0; k < g.size(); ++k) g[k].id = 10 + k;
-  g[1].data_deps = {10};        // 11: METADATA under 10
-  g[2].data_deps = {14, 15};    // 12: METADATA in a cycle with 14... and 15 (METADATA)
-  g[4].data_deps = {12};        // 14: METADATA
-  g[5].data_deps = {10};        // 15: METADATA
-  g[3].data_deps = {11, 10, 12, 99};   // 13: work
+  g[1].data_deps = {10};              // 11: METADATA under 10
+  g[2].data_deps = {14, 15};          // 12: METADATA in a cycle with 14... and 15 (METADATA)
+  g[4].data_deps = {12};              // 14: METADATA
+  g[5].data_deps = {10};              // 15: METADATA
+  g[3].data_deps = {11, 10, 12, 99};  // 13: work
   const std::vector<bool> meta = {false, true, true, false, true, true};
   EXPECT_EQ(bypass_metadata_data_deps(g, meta), 1u);
   EXPECT_EQ(g[3].data_deps, (std::vector<uint64_t>{10, 99})) << "11 -> 10; 12 -> {14 (cycle: nothing), 15 -> 10}";

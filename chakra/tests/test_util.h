@@ -22,9 +22,9 @@ inline bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-#define OPF_REQUIRE_TRACES()                                                                              \
-  do {                                                                                                    \
-    if (!::opf::chakra::test::exists(::opf::chakra::test::traces_dir()))                                  \
+#define OPF_REQUIRE_TRACES()                                                                                          \
+  do {                                                                                                                \
+    if (!::opf::chakra::test::exists(::opf::chakra::test::traces_dir()))                                              \
       FAIL() << "trace corpus " << ::opf::chakra::test::traces_dir() << " is missing (it is part of the repository)"; \
   } while (0)
 
@@ -71,23 +71,26 @@ inline std::string read_file(const std::string& path) {
 
 // One node of a nested-format (1.0.2+) host ET / linked trace. `extra` is appended inside the
 // object (e.g. "\"cat\": \"kernel\", \"stream\": 7").
-inline std::string et_node(long long id, const std::string& name, const std::string& parent, const std::string& extra = "",
+inline std::string et_node(long long id, const std::string& name, const std::string& parent,
+                           const std::string& extra = "",
                            const std::string& inputs = R"J({"values": [], "shapes": [], "types": []})J",
                            long long tid = 1) {
-  std::string s = "{\"id\": " + std::to_string(id) + ", \"name\": \"" + name + "\", \"ctrl_deps\": " + parent +
-                  ", \"inputs\": " + inputs + R"J(, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": [)J" +
-                  R"J({"name": "rf_id", "type": "uint64", "value": )J" + std::to_string(id) + "}, " +
-                  R"J({"name": "fw_parent", "type": "uint64", "value": 0}, {"name": "seq_id", "type": "int64", "value": -1}, )J" +
-                  R"J({"name": "scope", "type": "uint64", "value": 0}, {"name": "tid", "type": "uint64", "value": )J" +
-                  std::to_string(tid) + R"J(}, {"name": "fw_tid", "type": "uint64", "value": 0}, )J" +
-                  R"J({"name": "op_schema", "type": "string", "value": ""}])J";
+  std::string s =
+      "{\"id\": " + std::to_string(id) + ", \"name\": \"" + name + "\", \"ctrl_deps\": " + parent +
+      ", \"inputs\": " + inputs + R"J(, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": [)J" +
+      R"J({"name": "rf_id", "type": "uint64", "value": )J" + std::to_string(id) + "}, " +
+      R"J({"name": "fw_parent", "type": "uint64", "value": 0}, {"name": "seq_id", "type": "int64", "value": -1}, )J" +
+      R"J({"name": "scope", "type": "uint64", "value": 0}, {"name": "tid", "type": "uint64", "value": )J" +
+      std::to_string(tid) + R"J(}, {"name": "fw_tid", "type": "uint64", "value": 0}, )J" +
+      R"J({"name": "op_schema", "type": "string", "value": ""}])J";
   if (!extra.empty()) s += ", " + extra;
   return s + "}";
 }
 
 inline std::string et_trace(const std::string& nodes, const std::string& schema = "1.0.2-chakra.0.0.4") {
-  return "{\"schema\": \"" + schema + "\", \"pid\": 7, \"time\": \"2024-01-01 00:00:00\", \"start_ts\": 100, \"nodes\": [" +
-         nodes + "], \"finish_ts\": 200}";
+  return "{\"schema\": \"" + schema +
+         "\", \"pid\": 7, \"time\": \"2024-01-01 00:00:00\", \"start_ts\": 100, \"nodes\": [" + nodes +
+         "], \"finish_ts\": 200}";
 }
 
 // process root 1, thread root 2, ops 3.. on that thread (a valid little raw host ET)

@@ -10,7 +10,8 @@
 namespace opf::chakra {
 
 FromTextStats from_text(const std::string& workload, const std::string& prefix, const FromTextOptions& opt) {
-  auto warn = opt.warn ? opt.warn : [](const std::string& w) { std::fprintf(stderr, "opforge: warning: %s\n", w.c_str()); };
+  auto warn =
+      opt.warn ? opt.warn : [](const std::string& w) { std::fprintf(stderr, "opforge: warning: %s\n", w.c_str()); };
   if (opt.npus == 0) throw InputError("--npus", "", "must be at least 1");
   // the reference writes metadata-only files for 0 passes; that is its byte format, so compat keeps it
   if (opt.passes == 0 && !opt.compat_reference) throw InputError("--passes", "", "must be at least 1");

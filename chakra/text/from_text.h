@@ -14,12 +14,12 @@ struct FromTextOptions {
   uint64_t npus = 1;
   uint64_t passes = 1;
   bool compat_reference = false;
-  std::function<void(const std::string&)> warn;   // default: stderr
+  std::function<void(const std::string&)> warn;  // default: stderr
 };
 
 struct FromTextStats {
   uint64_t files = 0;
-  uint64_t nodes_per_file = 0;   // of the last file
+  uint64_t nodes_per_file = 0;  // of the last file
 };
 
 // Throws InputError ("FILE:LINE: problem") for bad input or options; nothing is written then.

@@ -10,12 +10,12 @@ size_t space_at(std::string_view s, size_t i) {
   auto b = [&](size_t k) { return i + k < s.size() ? uint8_t(s[i + k]) : 0; };
   uint8_t c = b(0);
   if ((c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20)) return 1;
-  if (c == 0xc2 && (b(1) == 0x85 || b(1) == 0xa0)) return 2;                       // U+0085, U+00A0
-  if (c == 0xe1 && b(1) == 0x9a && b(2) == 0x80) return 3;                         // U+1680
+  if (c == 0xc2 && (b(1) == 0x85 || b(1) == 0xa0)) return 2;  // U+0085, U+00A0
+  if (c == 0xe1 && b(1) == 0x9a && b(2) == 0x80) return 3;    // U+1680
   if (c == 0xe2 && b(1) == 0x80 && (b(2) <= 0x8a || b(2) == 0xa8 || b(2) == 0xa9 || b(2) == 0xaf))
-    return b(2) >= 0x80 ? 3 : 0;                                                   // U+2000..200A, 2028, 2029, 202F
-  if (c == 0xe2 && b(1) == 0x81 && b(2) == 0x9f) return 3;                         // U+205F
-  if (c == 0xe3 && b(1) == 0x80 && b(2) == 0x80) return 3;                         // U+3000
+    return b(2) >= 0x80 ? 3 : 0;                            // U+2000..200A, 2028, 2029, 202F
+  if (c == 0xe2 && b(1) == 0x81 && b(2) == 0x9f) return 3;  // U+205F
+  if (c == 0xe3 && b(1) == 0x80 && b(2) == 0x80) return 3;  // U+3000
   return 0;
 }
 
@@ -45,13 +45,13 @@ size_t invalid_utf8_at(std::string_view s) {
       continue;
     }
     size_t n;
-    uint8_t lo = 0x80, hi = 0xbf;   // allowed range of the second byte
+    uint8_t lo = 0x80, hi = 0xbf;  // allowed range of the second byte
     if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c == 0xe0) n = 3, lo = 0xa0;   // no overlongs
-    else if (c == 0xed) n = 3, hi = 0x9f;   // no surrogates
+    else if (c == 0xe0) n = 3, lo = 0xa0;  // no overlongs
+    else if (c == 0xed) n = 3, hi = 0x9f;  // no surrogates
     else if (c >= 0xe1 && c <= 0xef) n = 3;
     else if (c == 0xf0) n = 4, lo = 0x90;
-    else if (c == 0xf4) n = 4, hi = 0x8f;   // nothing beyond U+10FFFF
+    else if (c == 0xf4) n = 4, hi = 0x8f;  // nothing beyond U+10FFFF
     else if (c >= 0xf1 && c <= 0xf3) n = 4;
     else return i;
     if (i + n > s.size()) return i;

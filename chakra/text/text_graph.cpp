@@ -69,7 +69,7 @@ struct TextGraphBuilder::Impl {
   void setup_dlrm(int64_t L) {
     const PyInt& b = w.last_bottom_layer;
     if (opt.compat_reference) {
-      if (!b.fits_i64()) return;   // matches no layer index
+      if (!b.fits_i64()) return;  // matches no layer index
       int64_t v = b.as_i64();
       if (v >= 0 && v < L) dlrm_join = v;
       if (v >= -1 && v < L - 1) dlrm_send = v + 1;
@@ -149,7 +149,8 @@ struct TextGraphBuilder::Impl {
         throw std::logic_error(std::string("text workload graph: missing ") + d.what);
       }
       // default mode: a NONE comm stands for its producer, which can repeat a dependency
-      if (!opt.compat_reference && std::find(node.data_deps().begin(), node.data_deps().end(), *d.h) != node.data_deps().end())
+      if (!opt.compat_reference &&
+          std::find(node.data_deps().begin(), node.data_deps().end(), *d.h) != node.data_deps().end())
         continue;
       node.add_data_deps(*d.h);
     }
@@ -173,7 +174,7 @@ struct TextGraphBuilder::Impl {
   }
 
   uint64_t end_comp(const TextLayer& l, const PyInt& time, const char* phase) {
-    if (!time.fits_u64())   // compat only: the default reader accepts no such number
+    if (!time.fits_u64())  // compat only: the default reader accepts no such number
       fail(l.line, std::string(phase) + " compute time " + time.token +
                        " does not fit duration_micros (uint64); the reference fails here after opening the output");
     node.set_duration_micros(time.magnitude);
@@ -186,9 +187,9 @@ struct TextGraphBuilder::Impl {
   Handle comm(const TextLayer& l, Phase phase, const TextPhase& p, Handle producer, const std::string& ref_name) {
     static const char* kPhaseTag[] = {"FWD", "IG", "WG"};
     if (!opt.compat_reference && p.comm_type == "NONE") return producer;
-    std::string name = opt.compat_reference
-                           ? "COMM_COLL_NODE_" + ref_name + "_" + p.comm_type
-                           : "COMM_COLL_NODE_" + l.name + "_" + kPhaseTag[int(phase)] + "_" + p.comm_type + pass_suffix();
+    std::string name = opt.compat_reference ? "COMM_COLL_NODE_" + ref_name + "_" + p.comm_type
+                                            : "COMM_COLL_NODE_" + l.name + "_" + kPhaseTag[int(phase)] + "_" +
+                                                  p.comm_type + pass_suffix();
     begin(std::move(name), ChakraProtoMsg::COMM_COLL_NODE);
     if (producer) node.add_data_deps(*producer);
     else if (w.type != Parallelism::kMicro) add_deps({{producer, "the input-gradient compute node"}}, l.line);
@@ -258,12 +259,14 @@ struct TextGraphBuilder::Impl {
         add_deps({{last_fwd_comm, "fwd_comm_node"}}, l.line);
       } else {
         add_deps({{st[i + 1].wg_comp, "the next layer's BWD_WG node"},
-                  {st[i + 1].ig_comm, "the next layer's input-gradient comm (the header's layer count is smaller "
-                                      "than the file's)"}},
+                  {st[i + 1].ig_comm,
+                   "the next layer's input-gradient comm (the header's layer count is smaller "
+                   "than the file's)"}},
                  l.line);
       }
       Handle ig = end_comp(l, l.ig.compute_time, "BWD_IG");
-      if (int64_t(idx) != no_ig_comm_idx) st[i].ig_comm = comm(l, Phase::kIg, l.ig, ig, ig_suffix ? l.name + "_IG_COMM_" : l.name);
+      if (int64_t(idx) != no_ig_comm_idx)
+        st[i].ig_comm = comm(l, Phase::kIg, l.ig, ig, ig_suffix ? l.name + "_IG_COMM_" : l.name);
       st[i].wg_comp = comp(l, "BWD_WG", l.wg.compute_time, {{ig, "BWD_IG"}});
       if (hybrid) st[i].wg_comm = comm(l, Phase::kWg, l.wg, st[i].wg_comp);
     }
@@ -279,8 +282,9 @@ struct TextGraphBuilder::Impl {
       else if (st[i].wg_comp) add_deps({{st[i].wg_comp, "BWD_WG"}}, l.line);
       if (i != 0) add_deps({{st[i - 1].fwd_comp, "the previous layer's FWD node"}}, l.line);
       if (int64_t(i) == dlrm_join)
-        add_deps({{st[0].fwd_comm, "the embedding layer's forward all-to-all (last bottom layer 0, or a layer-0 "
-                                   "forward comm other than ALLTOALL)"}},
+        add_deps({{st[0].fwd_comm,
+                   "the embedding layer's forward all-to-all (last bottom layer 0, or a layer-0 "
+                   "forward comm other than ALLTOALL)"}},
                  l.line);
       Handle fwd = end_comp(l, l.fwd.compute_time, "FWD");
       st[i].fwd_comp = last_fwd = fwd;
@@ -323,7 +327,9 @@ struct TextGraphBuilder::Impl {
         case Parallelism::kHybridDataModel:
         case Parallelism::kHybridModelData: s.wg_comm.reset(); break;
         case Parallelism::kHybridDlrm:
-        case Parallelism::kHybridDlrmEnhanced: s.wg_comm.reset(), s.wg_comp.reset(), s.ig_comm.reset(), s.ig_comp.reset(); break;
+        case Parallelism::kHybridDlrmEnhanced:
+          s.wg_comm.reset(), s.wg_comp.reset(), s.ig_comm.reset(), s.ig_comp.reset();
+          break;
       }
     }
   }

@@ -46,12 +46,12 @@ struct TextGraphOptions {
 
 class TextGraphBuilder {
  public:
-  TextGraphBuilder(const TextWorkload& w, const TextGraphOptions& opt);   // throws InputError
+  TextGraphBuilder(const TextWorkload& w, const TextGraphOptions& opt);  // throws InputError
   ~TextGraphBuilder();
   // The next NPU's file. In compat mode the id counter and per-layer state carry over from the
   // previous NPU, as in the reference; in the default mode every call returns the same bytes.
   std::string build_npu();
-  uint64_t nodes_written() const;   // by the last build_npu()
+  uint64_t nodes_written() const;  // by the last build_npu()
 
  private:
   struct Impl;

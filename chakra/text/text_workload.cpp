@@ -25,12 +25,18 @@ constexpr TypeName kTypes[] = {
 };
 
 constexpr const char* kColumnNames[] = {
-    "layer name",           "reserved",
-    "forward compute time", "forward comm type",
-    "forward comm size",    "input-gradient compute time",
-    "input-gradient comm type", "input-gradient comm size",
-    "weight-gradient compute time", "weight-gradient comm type",
-    "weight-gradient comm size",    "update time",
+    "layer name",
+    "reserved",
+    "forward compute time",
+    "forward comm type",
+    "forward comm size",
+    "input-gradient compute time",
+    "input-gradient comm type",
+    "input-gradient comm size",
+    "weight-gradient compute time",
+    "weight-gradient comm type",
+    "weight-gradient comm size",
+    "update time",
 };
 constexpr size_t kColumns = 12;
 
@@ -140,7 +146,7 @@ class Reader {
   }
 
   void read_default() {
-    std::vector<size_t> used;   // indices of non-blank lines
+    std::vector<size_t> used;  // indices of non-blank lines
     for (size_t i = 0; i < lines_.size(); ++i)
       if (!py::split(lines_[i]).empty()) used.push_back(i);
     if (used.empty()) throw InputError(path_, "", "empty workload (no parallelism type)");
@@ -212,7 +218,9 @@ class Reader {
 
 }  // namespace
 
-TextWorkload read_text_workload(const std::string& path, const TextReadOptions& opt) { return Reader(path, opt).read(); }
+TextWorkload read_text_workload(const std::string& path, const TextReadOptions& opt) {
+  return Reader(path, opt).read();
+}
 
 const char* parallelism_name(Parallelism p) {
   for (const auto& t : kTypes)

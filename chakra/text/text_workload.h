@@ -23,14 +23,14 @@ enum class Parallelism { kMicro, kData, kModel, kHybridDataModel, kHybridModelDa
 
 struct TextPhase {
   PyInt compute_time;
-  std::string comm_type;   // as written: ALLREDUCE, NONE, ...
+  std::string comm_type;  // as written: ALLREDUCE, NONE, ...
   PyInt comm_size;
 };
 
 struct TextLayer {
-  size_t line = 0;   // 1-based line in the file
+  size_t line = 0;  // 1-based line in the file
   std::string name;
-  TextPhase fwd, ig, wg;   // forward, input gradient, weight gradient
+  TextPhase fwd, ig, wg;  // forward, input gradient, weight gradient
   std::string update_time;
 };
 
@@ -40,15 +40,15 @@ struct TextWorkload {
   std::string type_name;
   size_t type_line = 1, count_line = 2;
   bool has_last_bottom_layer = false;
-  PyInt last_bottom_layer;   // HYBRID_DLRM*: the second token of the first line
-  PyInt header_layers;       // the layer count as written
+  PyInt last_bottom_layer;  // HYBRID_DLRM*: the second token of the first line
+  PyInt header_layers;      // the layer count as written
   std::vector<TextLayer> layers;
-  std::string input_text;      // the whole file as the reference stores it (universal newlines)
+  std::string input_text;  // the whole file as the reference stores it (universal newlines)
 };
 
 struct TextReadOptions {
   bool compat_reference = false;
-  std::function<void(const std::string&)> warn;   // default mode: header/file disagreements
+  std::function<void(const std::string&)> warn;  // default mode: header/file disagreements
 };
 
 // Throws InputError "FILE:LINE: problem" (FILE: problem for the whole file).

@@ -108,7 +108,7 @@ std::vector<LogEvent> read_astra_log(const std::string& path) {
           at = std::min(at, k);
           break;
         }
-    if (at == std::string_view::npos) return;   // not an event line (headers, "sys[0] finished", ...)
+    if (at == std::string_view::npos) return;  // not an event line (headers, "sys[0] finished", ...)
     s.remove_prefix(at);
     LogEvent e;
     e.line = line;

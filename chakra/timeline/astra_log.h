@@ -14,10 +14,10 @@
 namespace opf::chakra {
 
 struct LogEvent {
-  bool callback = false;   // false: issue
+  bool callback = false;  // false: issue
   int64_t npu = 0, tick = 0, node = 0;
   std::string name;
-  size_t line = 0;         // 1-based
+  size_t line = 0;  // 1-based
 };
 
 // Throw InputError("LOG:LINE", ...) on a line they cannot read; nothing else is checked here.

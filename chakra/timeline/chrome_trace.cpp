@@ -23,8 +23,8 @@ void ChromeTrace::process_name(int64_t pid, std::string_view name) {
 
 void ChromeTrace::thread_name(int64_t pid, int64_t tid, std::string_view name) {
   begin_event();
-  out_ += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + std::to_string(pid) + ", \"tid\": " +
-          std::to_string(tid) + ", \"args\": {\"name\": ";
+  out_ += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + std::to_string(pid) +
+          ", \"tid\": " + std::to_string(tid) + ", \"args\": {\"name\": ";
   py_json_string(name, out_);
   out_ += "}}";
 }

@@ -14,7 +14,7 @@ namespace opf::chakra {
 
 namespace {
 
-constexpr double kExact = 9007199254740992.0;   // 2^53: integers up to here convert exactly
+constexpr double kExact = 9007199254740992.0;  // 2^53: integers up to here convert exactly
 
 [[noreturn]] void fail_at(const std::string& log, const LogEvent& e, const std::string& problem) {
   throw InputError(log + ":" + std::to_string(e.line), "", problem);
@@ -28,19 +28,20 @@ void check_npu(const std::string& log, const LogEvent& e, int64_t npus) {
 // The reference: {"meta_user": "aras", "traceEvents": [...], "meta_cpu_count": N} from json.dump.
 std::string reference_json(const std::string& log, const std::vector<LogEvent>& evs, const LogTimelineOptions& opt,
                            LogTimelineStats& st) {
-  std::map<std::pair<int64_t, int64_t>, const LogEvent*> issued;   // (npu, node) -> latest issue
+  std::map<std::pair<int64_t, int64_t>, const LogEvent*> issued;  // (npu, node) -> latest issue
   std::string out = "{\"meta_user\": \"aras\", \"traceEvents\": [";
   bool first = true;
   for (const LogEvent& e : evs) {
-    check_npu(log, e, opt.npus);   // trace_dict[npu_id]: KeyError
+    check_npu(log, e, opt.npus);  // trace_dict[npu_id]: KeyError
     if (!e.callback) {
       issued[{e.npu, e.node}] = &e;
       continue;
     }
     auto it = issued.find({e.npu, e.node});
     if (it == issued.end())
-      fail_at(log, e, "callback of node " + std::to_string(e.node) + " on NPU " + std::to_string(e.npu) +
-                          " without an issue (the reference fails here; the default mode reports it)");
+      fail_at(log, e,
+              "callback of node " + std::to_string(e.node) + " on NPU " + std::to_string(e.npu) +
+                  " without an issue (the reference fails here; the default mode reports it)");
     const LogEvent& is = *it->second;
     const int tid = timeline_tid(is.name);
     if (tid == 0) fail_at(log, e, "node type cannot be identified from the name '" + is.name + "'");
@@ -101,8 +102,9 @@ std::string default_json(const std::string& log, const std::vector<LogEvent>& ev
     }
     const LogEvent& is = *it->second;
     if (e.tick < is.tick)
-      fail_at(log, e, "callback at tick " + std::to_string(e.tick) + " before its issue at tick " +
-                          std::to_string(is.tick) + " (line " + std::to_string(is.line) + ")");
+      fail_at(log, e,
+              "callback at tick " + std::to_string(e.tick) + " before its issue at tick " + std::to_string(is.tick) +
+                  " (line " + std::to_string(is.line) + ")");
     int tid = timeline_tid(is.name);
     if (tid == 0) tid = 5;
     if (named_npu.insert(e.npu).second) ct.process_name(e.npu, "NPU " + std::to_string(e.npu));
@@ -115,11 +117,11 @@ std::string default_json(const std::string& log, const std::vector<LogEvent>& ev
   }
   st.issues_without_callback = issued.size();
   if (st.callbacks_without_issue)
-    warn(std::to_string(st.callbacks_without_issue) + " callback(s) without an issue, left out; first: " +
-         where(log, *first_orphan));
+    warn(std::to_string(st.callbacks_without_issue) +
+         " callback(s) without an issue, left out; first: " + where(log, *first_orphan));
   if (st.repeated_issues)
-    warn(std::to_string(st.repeated_issues) + " issue(s) repeated before their callback, the earlier one left out; first: " +
-         where(log, *first_repeat));
+    warn(std::to_string(st.repeated_issues) +
+         " issue(s) repeated before their callback, the earlier one left out; first: " + where(log, *first_repeat));
   if (!issued.empty()) {
     const LogEvent* first = nullptr;
     for (const auto& [k, e] : issued)
@@ -134,7 +136,8 @@ std::string default_json(const std::string& log, const std::vector<LogEvent>& ev
 LogTimelineStats log_timeline(const std::string& log, const std::string& out_path, const LogTimelineOptions& opt) {
   if (opt.npus < 1) throw InputError("--npus", "", "must be at least 1");
   if (opt.npu_frequency_mhz < 1) throw InputError("--npu-frequency", "", "must be a positive number of MHz");
-  auto warn = opt.warn ? opt.warn : [](const std::string& w) { std::fprintf(stderr, "opforge: warning: %s\n", w.c_str()); };
+  auto warn =
+      opt.warn ? opt.warn : [](const std::string& w) { std::fprintf(stderr, "opforge: warning: %s\n", w.c_str()); };
   LogTimelineStats st;
   std::string json = opt.compat_reference ? reference_json(log, read_astra_log_reference(log), opt, st)
                                           : default_json(log, read_astra_log(log), opt, st, warn);

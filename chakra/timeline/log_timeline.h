@@ -24,7 +24,7 @@ struct LogTimelineOptions {
   int64_t npus = 0;
   int64_t npu_frequency_mhz = 0;
   bool compat_reference = false;
-  std::function<void(const std::string&)> warn;   // default: stderr
+  std::function<void(const std::string&)> warn;  // default: stderr
 };
 
 struct LogTimelineStats {

@@ -39,8 +39,9 @@ void add_rank(const RankGraph& r, ChromeTrace& ct) {
           auto [it, fresh] = gpu_tid.emplace(key, int64_t(gpu_tid.size()) + 1);
           tid = it->second;
           if (fresh)
-            ct.thread_name(r.rank, tid, std::string(comm ? "GPU comm" : "GPU compute") + ", stream " +
-                                            (n.has_stream ? std::to_string(n.stream) : std::string("none")));
+            ct.thread_name(r.rank, tid,
+                           std::string(comm ? "GPU comm" : "GPU compute") + ", stream " +
+                               (n.has_stream ? std::to_string(n.stream) : std::string("none")));
         }
         std::string args = "\"id\": " + std::to_string(n.id) + ", \"duration_micros\": " + std::to_string(n.duration);
         ct.complete(r.rank, tid, double(start), double(end - start), n.name, args);
@@ -70,8 +71,9 @@ void write_sim_timeline(const std::vector<RankGraph>& ranks, const std::string& 
   std::map<int64_t, const std::string*> seen;
   for (const RankGraph& r : ranks)
     if (auto [it, fresh] = seen.emplace(r.rank, &r.path); !fresh)
-      throw InputError(r.path, "", "rank " + std::to_string(r.rank) + " again (also " + *it->second +
-                                       "): one file per rank, named PREFIX.<rank>.et");
+      throw InputError(r.path, "",
+                       "rank " + std::to_string(r.rank) + " again (also " + *it->second +
+                           "): one file per rank, named PREFIX.<rank>.et");
   ChromeTrace ct;
   for (const RankGraph& r : ranks) add_rank(r, ct);
   AtomicOutput out(out_path);

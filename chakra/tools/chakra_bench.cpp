@@ -62,7 +62,7 @@ double peak_rss_mb() {
   return 0;
 }
 
-double cpu_seconds() {   // user + system time of the process (the tools are single-threaded)
+double cpu_seconds() {  // user + system time of the process (the tools are single-threaded)
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
@@ -123,9 +123,7 @@ void BM_Link(benchmark::State& state) {
 }
 
 // Two threads (forward + autograd) and NCCL broadcast/all_reduce: resnet_et xN (reference: 97 s at x10).
-void BM_LinkResnet(benchmark::State& state) {
-  bench_link(state, "facebookresearch-param/resnet_et.json.gz", "resnet");
-}
+void BM_LinkResnet(benchmark::State& state) { bench_link(state, "facebookresearch-param/resnet_et.json.gz", "resnet"); }
 
 void BM_Convert(benchmark::State& state) {
   const int64_t times = state.range(0);

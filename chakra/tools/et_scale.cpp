@@ -81,10 +81,8 @@ ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path
               fo = false;
               py_json_string(af.key, buf);
               buf += ": ";
-              if (std::string_view(af.key) == "value")
-                buf += std::to_string(n.rf_id + k * rf_stride);
-              else
-                py_json_element_compact(af.value, buf);
+              if (std::string_view(af.key) == "value") buf += std::to_string(n.rf_id + k * rf_stride);
+              else py_json_element_compact(af.value, buf);
             }
             buf.push_back('}');
           } else {

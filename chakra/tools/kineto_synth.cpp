@@ -35,7 +35,7 @@ struct Writer {
   }
 };
 
-std::string us(double t) {   // microseconds with ns resolution, as PyTorch writes them
+std::string us(double t) {  // microseconds with ns resolution, as PyTorch writes them
   std::string s;
   py_json_double(std::round(t * 1000.0) / 1000.0, s);
   return s;
@@ -116,17 +116,19 @@ SynthStats synth_kineto(const std::string& host_path, const std::string& out_pat
 
   AtomicOutput out(out_path);
   Writer w{out, {}};
-  w.buf = "{\"schemaVersion\": 1, \"deviceProperties\": [{\"id\": 0, \"name\": \"SYNTHETIC GPU\"}], "
-          "\"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 2}, \"traceEvents\": [\n";
+  w.buf =
+      "{\"schemaVersion\": 1, \"deviceProperties\": [{\"id\": 0, \"name\": \"SYNTHETIC GPU\"}], "
+      "\"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 2}, \"traceEvents\": [\n";
   const double t0 = 1700000000000.0;
   const int64_t pid = 1000;
-  w.event("\"name\": \"process_name\", \"ph\": \"M\", \"ts\": " + us(t0) + ", \"pid\": 1000, \"tid\": 0, \"args\": {\"name\": \"python3\"}");
+  w.event("\"name\": \"process_name\", \"ph\": \"M\", \"ts\": " + us(t0) +
+          ", \"pid\": 1000, \"tid\": 0, \"args\": {\"name\": \"python3\"}");
   for (size_t t = 0; t < st.threads; ++t)
     w.event("\"name\": \"thread_name\", \"ph\": \"M\", \"ts\": " + us(t0) + ", \"pid\": 1000, \"tid\": " +
             std::to_string(4242 + t) + ", \"args\": {\"name\": \"thread " + std::to_string(4242 + t) + "\"}");
 
   double clock = t0 + 100;
-  std::vector<std::vector<std::pair<uint32_t, double>>> stacks(st.threads);   // open node, its ts
+  std::vector<std::vector<std::pair<uint32_t, double>>> stacks(st.threads);  // open node, its ts
   int64_t ev_idx = 0, corr = 100;
   std::unordered_map<int, double> stream_free;
   auto close = [&](uint32_t i, double ts) {
@@ -135,8 +137,8 @@ SynthStats synth_kineto(const std::string& host_path, const std::string& out_pat
     std::string body = "\"ph\": \"X\", \"cat\": ";
     body += annotation ? "\"user_annotation\"" : "\"cpu_op\"";
     body += ", \"name\": " + str(nd.name) + ", \"pid\": " + std::to_string(pid) +
-            ", \"tid\": " + std::to_string(4242 + thread[i]) + ", \"ts\": " + us(ts) + ", \"dur\": " +
-            us(clock - ts) + ", \"args\": {\"External id\": " + std::to_string(nd.rf_id) +
+            ", \"tid\": " + std::to_string(4242 + thread[i]) + ", \"ts\": " + us(ts) + ", \"dur\": " + us(clock - ts) +
+            ", \"args\": {\"External id\": " + std::to_string(nd.rf_id) +
             ", \"Record function id\": " + std::to_string(nd.rf_id) + ", \"Ev Idx\": " + std::to_string(ev_idx++) + "}";
     w.event(body);
     ++st.cpu_ops;
@@ -154,8 +156,8 @@ SynthStats synth_kineto(const std::string& host_path, const std::string& out_pat
     clock += uni(0.5, 3.0);
     stack.emplace_back(i, ts);
     const auto& nd = h.nodes[i];
-    const bool comm = nd.name.find("nccl:") != std::string_view::npos ||
-                      nd.name.find("record_param_comms") != std::string_view::npos;
+    const bool comm =
+        nd.name.find("nccl:") != std::string_view::npos || nd.name.find("record_param_comms") != std::string_view::npos;
     if (has_child[i] || !(cuda[i] || comm)) {
       if (!has_child[i]) clock += uni(1.0, 10.0);
       continue;
@@ -168,24 +170,26 @@ SynthStats synth_kineto(const std::string& host_path, const std::string& out_pat
     const std::string tid = std::to_string(4242 + thread[i]);
     const std::string ext = std::to_string(nd.rf_id);
     w.event("\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": " +
-            std::string(comm ? "\"cudaLaunchKernelExC\"" : memcpy ? "\"cudaMemcpyAsync\"" : "\"cudaLaunchKernel\"") +
+            std::string(comm     ? "\"cudaLaunchKernelExC\""
+                        : memcpy ? "\"cudaMemcpyAsync\""
+                                 : "\"cudaLaunchKernel\"") +
             ", \"pid\": 1000, \"tid\": " + tid + ", \"ts\": " + us(lts) + ", \"dur\": " + us(ldur) +
             ", \"args\": {\"External id\": " + ext + ", \"correlation\": " + std::to_string(c) + "}");
     ++st.launches;
     double& free_at = stream_free[stream];
     const double gts = std::max(free_at, lts + uni(1.0, 5.0)), gdur = uni(2.0, 40.0);
     free_at = gts + gdur;
-    std::string gname = comm ? nccl_kernel(nd.name)
-                             : memcpy ? std::string("Memcpy DtoD (Device -> Device)")
-                                      : "void opforge::synthetic_kernel<" + std::string(nd.name) + ">(float*)";
+    std::string gname = comm     ? nccl_kernel(nd.name)
+                        : memcpy ? std::string("Memcpy DtoD (Device -> Device)")
+                                 : "void opforge::synthetic_kernel<" + std::string(nd.name) + ">(float*)";
     std::string args = "\"External id\": " + ext + ", \"device\": 0, \"stream\": " + std::to_string(stream) +
                        ", \"correlation\": " + std::to_string(c);
     if (comm) args += ", \"Process Group Name\": \"0\"";
-    w.event(std::string("\"ph\": \"X\", \"cat\": ") + (memcpy ? "\"gpu_memcpy\"" : "\"kernel\"") + ", \"name\": " +
-            str(gname) + ", \"pid\": 0, \"tid\": " + std::to_string(stream) + ", \"ts\": " + us(gts) +
+    w.event(std::string("\"ph\": \"X\", \"cat\": ") + (memcpy ? "\"gpu_memcpy\"" : "\"kernel\"") +
+            ", \"name\": " + str(gname) + ", \"pid\": 0, \"tid\": " + std::to_string(stream) + ", \"ts\": " + us(gts) +
             ", \"dur\": " + us(gdur) + ", \"args\": {" + args + "}");
-    w.event("\"ph\": \"s\", \"id\": " + std::to_string(c) + ", \"pid\": 1000, \"tid\": " + tid + ", \"ts\": " + us(lts) +
-            ", \"cat\": \"ac2g\", \"name\": \"ac2g\"");
+    w.event("\"ph\": \"s\", \"id\": " + std::to_string(c) + ", \"pid\": 1000, \"tid\": " + tid +
+            ", \"ts\": " + us(lts) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\"");
     w.event("\"ph\": \"f\", \"id\": " + std::to_string(c) + ", \"pid\": 0, \"tid\": " + std::to_string(stream) +
             ", \"ts\": " + us(gts) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"");
     ++st.gpu_ops;
@@ -196,8 +200,10 @@ SynthStats synth_kineto(const std::string& host_path, const std::string& out_pat
       close(stack.back().first, stack.back().second);
       stack.pop_back();
     }
-  w.event("\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#0\", \"pid\": 1000, \"tid\": 4242, \"ts\": " +
-          us(t0 + 50) + ", \"dur\": " + us(clock + 10 - (t0 + 50)) + ", \"args\": {\"External id\": 0}");
+  w.event(
+      "\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#0\", \"pid\": 1000, \"tid\": 4242, "
+      "\"ts\": " +
+      us(t0 + 50) + ", \"dur\": " + us(clock + 10 - (t0 + 50)) + ", \"args\": {\"External id\": 0}");
   w.buf += "\n], \"traceName\": \"synthetic\", \"displayTimeUnit\": \"ms\"}\n";
   out.write(w.buf);
   out.commit();

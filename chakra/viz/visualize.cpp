@@ -30,7 +30,8 @@ std::pair<uint64_t, uint64_t> parse_id_range(const std::string& text) {
   bool ok = colon != std::string::npos && (colon > 0 || colon + 1 < text.size());
   if (ok && colon > 0) ok = parse_u64(text.substr(0, colon), lo);
   if (ok && colon + 1 < text.size()) ok = parse_u64(text.substr(colon + 1), hi);
-  if (!ok || lo > hi) throw InputError("--range", "", "'" + text + "': expected A:B (node ids, A <= B; A: and :B are open)");
+  if (!ok || lo > hi)
+    throw InputError("--range", "", "'" + text + "': expected A:B (node ids, A <= B; A: and :B are open)");
   return {lo, hi};
 }
 
@@ -44,9 +45,11 @@ VisualizeStats visualize(const std::string& in, const std::string& out, const Vi
 
   VizGraph g = load_viz_graph(in, sel);
   if (format == kHtml && g.nodes.size() > kHtmlMaxNodes)
-    throw InputError(in, "", std::to_string(g.nodes.size()) + " nodes selected; the HTML view takes up to " +
-                                 std::to_string(kHtmlMaxNodes) + ": cut the graph with --range A:B or --around ID --depth K, "
-                                 "or write .dot/.graphml");
+    throw InputError(in, "",
+                     std::to_string(g.nodes.size()) + " nodes selected; the HTML view takes up to " +
+                         std::to_string(kHtmlMaxNodes) +
+                         ": cut the graph with --range A:B or --around ID --depth K, "
+                         "or write .dot/.graphml");
   std::string text = format == kDot ? viz::to_dot(g) : format == kGraphml ? viz::to_graphml(g) : viz::to_html(g);
   AtomicOutput o(out);
   o.write(text);

@@ -14,7 +14,7 @@ constexpr size_t kHtmlMaxNodes = 10000;
 
 struct VisualizeStats {
   size_t nodes = 0, edges = 0;
-  size_t missing_deps = 0, duplicate_ids = 0, cyclic = 0;   // drawn anyway; worth a warning
+  size_t missing_deps = 0, duplicate_ids = 0, cyclic = 0;  // drawn anyway; worth a warning
 };
 
 // Throws InputError: unknown extension, unreadable input, empty selection, an HTML view too big.

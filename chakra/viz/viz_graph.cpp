@@ -14,7 +14,7 @@ namespace {
 
 struct FileNode {
   VizNode v;
-  std::vector<uint64_t> data, ctrl;   // dependency ids as written
+  std::vector<uint64_t> data, ctrl;  // dependency ids as written
 };
 
 std::vector<FileNode> read_nodes(const std::string& path) {
@@ -139,8 +139,9 @@ VizGraph load_viz_graph(const std::string& path, const VizSelection& sel) {
     g.selection = "ids " + std::to_string(lo) + ".." + std::to_string(hi);
   } else if (sel.around) {
     uint32_t start = find(*sel.around);
-    if (start == UINT32_MAX) throw InputError(path, "--around", "node " + std::to_string(*sel.around) + " is not in the file");
-    std::vector<std::vector<uint32_t>> adj(all.size());   // undirected, data and ctrl
+    if (start == UINT32_MAX)
+      throw InputError(path, "--around", "node " + std::to_string(*sel.around) + " is not in the file");
+    std::vector<std::vector<uint32_t>> adj(all.size());  // undirected, data and ctrl
     for (uint32_t i = 0; i < all.size(); ++i)
       for (const auto* deps : {&all[i].data, &all[i].ctrl})
         for (uint64_t d : *deps)

@@ -23,11 +23,13 @@ std::string type_name(int type) {
 }
 
 std::string tooltip(const VizNode& n) {
-  std::string t = n.name + "\nid " + std::to_string(n.id) + ", " + type_name(n.type) + ", " + std::to_string(n.duration) + " us";
+  std::string t =
+      n.name + "\nid " + std::to_string(n.id) + ", " + type_name(n.type) + ", " + std::to_string(n.duration) + " us";
   if (n.comm_type) {
     auto ct = ChakraProtoMsg::CollectiveCommType(*n.comm_type);
-    t += std::string("\n") + (ChakraProtoMsg::CollectiveCommType_IsValid(int(*n.comm_type)) ? ChakraProtoMsg::CollectiveCommType_Name(ct)
-                                                                               : std::string("comm_type ") + std::to_string(*n.comm_type));
+    t += std::string("\n") + (ChakraProtoMsg::CollectiveCommType_IsValid(int(*n.comm_type))
+                                  ? ChakraProtoMsg::CollectiveCommType_Name(ct)
+                                  : std::string("comm_type ") + std::to_string(*n.comm_type));
     if (n.comm_size) t.append(", ").append(std::to_string(*n.comm_size)).append(" bytes");
   }
   if (n.outside_deps) t.append("\n").append(std::to_string(n.outside_deps)).append(" dependencies outside this view");
@@ -37,7 +39,7 @@ std::string tooltip(const VizNode& n) {
 std::string short_name(const std::string& name, size_t max) {
   size_t cps = 0, i = 0;
   for (; i < name.size(); ++i) {
-    if ((uint8_t(name[i]) & 0xc0) == 0x80) continue;   // continuation byte
+    if ((uint8_t(name[i]) & 0xc0) == 0x80) continue;  // continuation byte
     if (cps++ == max) break;
   }
   return i < name.size() ? name.substr(0, i) + "\xe2\x80\xa6" : name;

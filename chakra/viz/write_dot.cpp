@@ -27,8 +27,8 @@ std::string to_dot(const VizGraph& g) {
   o += "  edge [arrowsize=0.6];\n";
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const VizNode& n = g.nodes[i];
-    o += "  n" + std::to_string(i) + " [label=" + quoted(short_name(n.name, 40) + "\n#" + std::to_string(n.id) + "  " +
-                                                         std::to_string(n.duration) + " us") +
+    o += "  n" + std::to_string(i) + " [label=" +
+         quoted(short_name(n.name, 40) + "\n#" + std::to_string(n.id) + "  " + std::to_string(n.duration) + " us") +
          ", fillcolor=\"" + type_color(n.type) + "\", tooltip=" + quoted(tooltip(n)) + "];\n";
   }
   // data deps solid, ctrl deps dashed

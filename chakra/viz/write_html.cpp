@@ -42,21 +42,27 @@ std::string to_html(const VizGraph& g) {
     const uint32_t row = n.order / kPerRow, col = n.order % kPerRow;
     const uint32_t in_row = std::min(kPerRow, g.layer_size[n.depth] - row * kPerRow);
     const int row_width = int(in_row) * (kBoxW + kGapX) - kGapX;
-    pos[i] = {(width - row_width) / 2 + int(col) * (kBoxW + kGapX), kHeader + kMargin + (first_row[n.depth] + int(row)) * (kBoxH + kRowGap)};
+    pos[i] = {(width - row_width) / 2 + int(col) * (kBoxW + kGapX),
+              kHeader + kMargin + (first_row[n.depth] + int(row)) * (kBoxH + kRowGap)};
   }
 
   std::string o;
   o.reserve(g.nodes.size() * 600 + 4096);
-  const std::string title = xml_text(g.source) + " (" + std::to_string(g.nodes.size()) + " nodes, " + xml_text(g.selection) + ")";
-  o += "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n";
-  o += "<title>" + title + "</title>\n<style>\n"
+  const std::string title =
+      xml_text(g.source) + " (" + std::to_string(g.nodes.size()) + " nodes, " + xml_text(g.selection) + ")";
+  o +=
+      "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n";
+  o += "<title>" + title +
+       "</title>\n<style>\n"
        "body { font-family: Helvetica, Arial, sans-serif; margin: 0; }\n"
        "header { padding: 8px 16px; border-bottom: 1px solid #ccc; font-size: 14px; }\n"
        ".legend span { display: inline-block; margin-right: 14px; }\n"
-       ".legend i { display: inline-block; width: 12px; height: 12px; border: 1px solid #555; margin-right: 4px; vertical-align: middle; }\n"
+       ".legend i { display: inline-block; width: 12px; height: 12px; border: 1px solid #555; margin-right: 4px; "
+       "vertical-align: middle; }\n"
        ".view { overflow: auto; }\n"
        "svg { display: block; }\n"
-       "</style>\n</head>\n<body>\n<header>\n<div><b>" + title + "</b>";
+       "</style>\n</head>\n<body>\n<header>\n<div><b>" +
+       title + "</b>";
   if (g.cyclic) o += " &#8212; " + std::to_string(g.cyclic) + " nodes on dependency cycles (last layer)";
   o += "</div>\n<div class=\"legend\">";
   std::vector<int> present;
@@ -65,9 +71,10 @@ std::string to_html(const VizGraph& g) {
   std::sort(present.begin(), present.end());
   for (int t : present)
     o += "<span><i style=\"background: " + std::string(type_color(t)) + "\"></i>" + type_name(t) + "</span>";
-  o += "<span>&#8212; data dependency</span><span>- - - control dependency</span><span>hover a node for its name and duration</span></div>\n</header>\n";
-  o += "<div class=\"view\">\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
-       "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\">\n";
+  o += "<span>&#8212; data dependency</span><span>- - - control dependency</span><span>hover a node for its name and "
+       "duration</span></div>\n</header>\n";
+  o += "<div class=\"view\">\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
+       num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\">\n";
   // the drawing's own style travels with the SVG, so it also renders when cut out of the page
   o += "<style>\n"
        ".n rect { stroke: #444; stroke-width: 1; }\n"
@@ -84,8 +91,9 @@ std::string to_html(const VizGraph& g) {
     auto edge = [&](uint32_t p, const char* cls) {
       const int x1 = pos[p].x + kBoxW / 2, y1 = pos[p].y + kBoxH, x2 = pos[i].x + kBoxW / 2, y2 = pos[i].y;
       const int mid = (y2 - y1) / 2;
-      o += "<path class=\"" + std::string(cls) + "\" d=\"M" + num(x1) + " " + num(y1) + " C" + num(x1) + " " + num(y1 + mid) + " " +
-           num(x2) + " " + num(y2 - mid) + " " + num(x2) + " " + num(y2) + "\" marker-end=\"url(#arrow)\"/>\n";
+      o += "<path class=\"" + std::string(cls) + "\" d=\"M" + num(x1) + " " + num(y1) + " C" + num(x1) + " " +
+           num(y1 + mid) + " " + num(x2) + " " + num(y2 - mid) + " " + num(x2) + " " + num(y2) +
+           "\" marker-end=\"url(#arrow)\"/>\n";
     };
     for (uint32_t p : g.nodes[i].data_in) edge(p, "d");
     for (uint32_t p : g.nodes[i].ctrl_in) edge(p, "c");
@@ -94,13 +102,13 @@ std::string to_html(const VizGraph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const VizNode& n = g.nodes[i];
     const int x = pos[i].x, y = pos[i].y;
-    o += "<g class=\"n\" data-id=\"" + std::to_string(n.id) + "\" data-depth=\"" + std::to_string(n.depth) + "\"><title>" +
-         xml_text(tooltip(n)) + "</title>";
+    o += "<g class=\"n\" data-id=\"" + std::to_string(n.id) + "\" data-depth=\"" + std::to_string(n.depth) +
+         "\"><title>" + xml_text(tooltip(n)) + "</title>";
     o += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(kBoxW) + "\" height=\"" + num(kBoxH) +
          "\" rx=\"5\" fill=\"" + type_color(n.type) + "\"/>";
     o += "<text x=\"" + num(x + 6) + "\" y=\"" + num(y + 14) + "\">" + xml_text(short_name(n.name, 24)) + "</text>";
-    o += "<text x=\"" + num(x + 6) + "\" y=\"" + num(y + 27) + "\">#" + std::to_string(n.id) + " \xc2\xb7 " + std::to_string(n.duration) +
-         " us</text></g>\n";
+    o += "<text x=\"" + num(x + 6) + "\" y=\"" + num(y + 27) + "\">#" + std::to_string(n.id) + " \xc2\xb7 " +
+         std::to_string(n.duration) + " us</text></g>\n";
   }
   o += "</g>\n</svg>\n</div>\n</body>\n</html>\n";
   return o;

@@ -13,11 +13,11 @@ std::string xml_text(const std::string& s) {
     else if (c == '>') o += "&gt;";
     else if (c == '"') o += "&quot;";
     else if (c == '\'') o += "&apos;";
-    else if (c == '\n') o += "&#10;";   // kept in attribute values, where a raw newline becomes a space
+    else if (c == '\n') o += "&#10;";  // kept in attribute values, where a raw newline becomes a space
     else if (c == '\t') o += "&#9;";
     else if (u < 0x20) o += "\xef\xbf\xbd";
     else if (u == 0xef && i + 2 < s.size() && uint8_t(s[i + 1]) == 0xbf && (uint8_t(s[i + 2]) & 0xfe) == 0xbe)
-      o += "\xef\xbf\xbd", i += 2;   // U+FFFE, U+FFFF
+      o += "\xef\xbf\xbd", i += 2;  // U+FFFE, U+FFFF
     else o += c;
   }
   return o;

@@ -21,7 +21,9 @@ int main() try {
   opf::CallBuilder call(op, "forward");
   const auto f32 = opf::DType::f32;
   call.add("x", x.data(), f32, {rows, cols}).add("gamma", g.data(), f32, {cols}).add("beta", b.data(), f32, {cols});
-  call.add("y", y.data(), f32, {rows, cols}).add("mean", mean.data(), f32, {rows}).add("rstd", rstd.data(), f32, {rows});
+  call.add("y", y.data(), f32, {rows, cols})
+      .add("mean", mean.data(), f32, {rows})
+      .add("rstd", rstd.data(), f32, {rows});
   call.param("eps", eps).run(m.info);
 
   double worst = 0;  // largest |y - reference|, the reference in double
@@ -34,7 +36,8 @@ int main() try {
       worst = std::fmax(worst, std::fabs(y[r * cols + c] - ((xr[c] - mu) / std::sqrt(var + eps) * g[c] + b[c])));
   }
   std::printf("layer_norm/cpu forward %lldx%lld from %s module %s: max |y - ref| = %.2g (%s)\n", (long long)rows,
-              (long long)cols, std::string(opf::module_source_name(m.source)).c_str(), m.path.c_str(), worst, worst < 1e-5 ? "ok" : "FAILED");
+              (long long)cols, std::string(opf::module_source_name(m.source)).c_str(), m.path.c_str(), worst,
+              worst < 1e-5 ? "ok" : "FAILED");
   return worst < 1e-5 ? 0 : 1;
 } catch (const std::exception& e) {  // opf::Error: one line naming what failed
   std::fprintf(stderr, "downstream: %s\n", e.what());

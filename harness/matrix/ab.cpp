@@ -59,8 +59,10 @@ void resolve(Side& s, const AbOptions& o) {
   } else {
     const std::string repo = o.repo.empty() ? build::source_root() : o.repo;
     std::string sha;
-    if (!proc::capture({"git", "-C", repo, "rev-parse", "--verify", "--quiet", s.arg + "^{commit}"}, sha, "", 60) || trim(sha).empty())
-      throw Error("--" + s.name + " '" + s.arg + "': neither a directory with meson.build or build.ninja nor a commit of " + repo);
+    if (!proc::capture({"git", "-C", repo, "rev-parse", "--verify", "--quiet", s.arg + "^{commit}"}, sha, "", 60) ||
+        trim(sha).empty())
+      throw Error("--" + s.name + " '" + s.arg +
+                  "': neither a directory with meson.build or build.ninja nor a commit of " + repo);
     s.kind = "revision";
     s.sha = trim(sha);
     s.source = o.out + "/src-" + s.sha.substr(0, 12);
@@ -69,8 +71,14 @@ void resolve(Side& s, const AbOptions& o) {
       fs::remove_all(tmp, ec);
       files::make_dirs(tmp);
       const std::string tar = tmp + ".tar";
-      auto r = proc::run({{"git", "-C", repo, "archive", "--format=tar", "-o", tar, s.sha}, "", {}, o.out + "/" + s.name + "-export.log", 300});
-      if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": git archive failed (" + r.describe() + ", see " + o.out + "/" + s.name + "-export.log)");
+      auto r = proc::run({{"git", "-C", repo, "archive", "--format=tar", "-o", tar, s.sha},
+                          "",
+                          {},
+                          o.out + "/" + s.name + "-export.log",
+                          300});
+      if (!r.ok())
+        throw Error("--" + s.name + " " + s.arg + ": git archive failed (" + r.describe() + ", see " + o.out + "/" +
+                    s.name + "-export.log)");
       r = proc::run({{"tar", "-xf", tar, "-C", tmp}, "", {}, o.out + "/" + s.name + "-export.log", 300});
       fs::remove(tar, ec);
       if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": extracting the export failed (" + r.describe() + ")");
@@ -96,8 +104,13 @@ std::set<std::string> tree_ops(const std::string& source) {
 }
 
 std::vector<std::string> setup_args(const Side& s, const AbOptions& o) {
-  std::vector<std::string> a{"-Dmode=prebuilt", "-Dbench=enabled", "-Dtests=disabled", "-Dchakra=disabled",
-                             "-Dcuda=disabled", "-Dhip=disabled", std::string("-Dpeers_torch=") + (o.peers ? "auto" : "disabled")};
+  std::vector<std::string> a{"-Dmode=prebuilt",
+                             "-Dbench=enabled",
+                             "-Dtests=disabled",
+                             "-Dchakra=disabled",
+                             "-Dcuda=disabled",
+                             "-Dhip=disabled",
+                             std::string("-Dpeers_torch=") + (o.peers ? "auto" : "disabled")};
   if (!o.ops.empty())
     for (const std::string& op : tree_ops(s.source))
       a.push_back("-D" + op + "=" + (std::count(o.ops.begin(), o.ops.end(), op) ? "enabled" : "disabled"));
@@ -120,7 +133,8 @@ void build(Side& s, const AbOptions& o) {
       argv.insert(argv.end(), args.begin(), args.end());
       std::fprintf(stderr, "opforge ab: %s: configuring %s\n", s.name.c_str(), s.build.c_str());
       auto r = proc::run({argv, "", {}, log, 1800});
-      if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": meson setup failed (" + r.describe() + ", see " + log + ")");
+      if (!r.ok())
+        throw Error("--" + s.name + " " + s.arg + ": meson setup failed (" + r.describe() + ", see " + log + ")");
       files::write_atomic(s.build + ".setup", want);
     }
   }
@@ -129,20 +143,24 @@ void build(Side& s, const AbOptions& o) {
     // (a whole build would compile the CLI, the tests and Chakra for nothing).
     std::string targets;
     if (!proc::capture({"ninja", "-C", s.build, "-t", "targets", "all"}, targets, "", 120))
-      throw Error("--" + s.name + " " + s.arg + ": cannot list the build's targets (ninja -t targets in " + s.build + ")");
+      throw Error("--" + s.name + " " + s.arg + ": cannot list the build's targets (ninja -t targets in " + s.build +
+                  ")");
     std::vector<std::string> argv{"ninja", "-C", s.build, "harness/suites/opforge-kernel-bench"};
     std::istringstream lines(targets);
     for (std::string line; std::getline(lines, line);) {
       const std::string t = line.substr(0, line.find(':'));
-      if (t == "harness/suites/opforge-kernel-instr" || (t.rfind("kernels/opf_", 0) == 0 && t.size() > 3 && t.compare(t.size() - 3, 3, ".so") == 0))
+      if (t == "harness/suites/opforge-kernel-instr" ||
+          (t.rfind("kernels/opf_", 0) == 0 && t.size() > 3 && t.compare(t.size() - 3, 3, ".so") == 0))
         argv.push_back(t);
     }
-    std::fprintf(stderr, "opforge ab: %s: building %s (%zu targets)\n", s.name.c_str(), s.build.c_str(), argv.size() - 3);
+    std::fprintf(stderr, "opforge ab: %s: building %s (%zu targets)\n", s.name.c_str(), s.build.c_str(),
+                 argv.size() - 3);
     auto r = proc::run({argv, "", {}, log, 7200});
     if (!r.ok()) throw Error("--" + s.name + " " + s.arg + ": build failed (" + r.describe() + ", see " + log + ")");
   }
   if (!fs::exists(s.build + "/harness/suites/opforge-kernel-bench", ec))
-    throw Error("--" + s.name + " " + s.arg + ": " + s.build + " has no harness/suites/opforge-kernel-bench (benchmarks disabled there)");
+    throw Error("--" + s.name + " " + s.arg + ": " + s.build +
+                " has no harness/suites/opforge-kernel-bench (benchmarks disabled there)");
 }
 
 enum class Role { gated, control };
@@ -174,7 +192,8 @@ double parse_ns(const std::string& reply, const std::string& side, const std::st
   double ns = 0;
   long long calls = 0;
   if (std::sscanf(reply.c_str(), "ns %lf %lld", &ns, &calls) != 2 || !(ns > 0))
-    throw Error(side + ": " + name + ": " + (reply.rfind("error ", 0) == 0 ? reply.substr(6) : "unexpected reply '" + reply + "'"));
+    throw Error(side + ": " + name + ": " +
+                (reply.rfind("error ", 0) == 0 ? reply.substr(6) : "unexpected reply '" + reply + "'"));
   return ns;
 }
 
@@ -205,9 +224,13 @@ std::map<std::string, double> instructions(const Side& s, const AbOptions& o, st
   std::error_code ec;
   fs::remove_all(tmp, ec);
   files::make_dirs(tmp);
-  auto r = proc::run({{"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out", driver,
-                       "--calls=" + std::to_string(kCallgrindCalls)},
-                      s.build, s.env, log, 3600});
+  auto r = proc::run(
+      {{"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out",
+        driver, "--calls=" + std::to_string(kCallgrindCalls)},
+       s.build,
+       s.env,
+       log,
+       3600});
   if (!r.ok()) {
     std::string text;
     files::read_if_exists(log, text);
@@ -236,7 +259,8 @@ int run_ab(const AbOptions& o_in) {
   if (o.rounds < 2 || o.rounds > 1000) throw Error("--rounds must be in [2, 1000]");
   if (o.repeat < 1 || o.repeat > 1000) throw Error("--repeat must be in [1, 1000]");
   if (!(o.block_seconds > 0 && o.block_seconds <= 10)) throw Error("--block-seconds must be in (0, 10]");
-  if (!(o.threshold > 0 && o.threshold < 1) || !(o.alpha > 0 && o.alpha < 1)) throw Error("--threshold and --alpha must be fractions in (0, 1)");
+  if (!(o.threshold > 0 && o.threshold < 1) || !(o.alpha > 0 && o.alpha < 1))
+    throw Error("--threshold and --alpha must be fractions in (0, 1)");
   std::unique_ptr<std::regex> filter;
   if (!o.filter.empty()) {
     try {
@@ -247,7 +271,8 @@ int run_ab(const AbOptions& o_in) {
   }
   o.out = fs::absolute(o.out).lexically_normal().string();
   files::make_dirs(o.out);
-  if (files::exists(o.out + "/ab.json") && !o.force) throw Error(o.out + "/ab.json exists; not overwriting it (pass --force, or another --out)");
+  if (files::exists(o.out + "/ab.json") && !o.force)
+    throw Error(o.out + "/ab.json exists; not overwriting it (pass --force, or another --out)");
 
   Side base, head;
   base.name = "base", base.arg = o.base, base.env = o.base_env;
@@ -262,10 +287,13 @@ int run_ab(const AbOptions& o_in) {
   }
   for (Side* s : {&base, &head}) build(*s, o);
 
-  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env, o.out + "/base-serve.log");
-  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env, o.out + "/head-serve.log");
+  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env,
+                o.out + "/base-serve.log");
+  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env,
+                o.out + "/head-serve.log");
   const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
-  const std::set<std::string> in_base(base_names.begin(), base_names.end()), in_head(head_names.begin(), head_names.end());
+  const std::set<std::string> in_base(base_names.begin(), base_names.end()),
+      in_head(head_names.begin(), head_names.end());
 
   std::vector<Bench> benches;
   std::vector<std::string> only_head, only_base;
@@ -288,10 +316,11 @@ int run_ab(const AbOptions& o_in) {
   // Probes last: a control says most about the pairing once the run has settled (the first
   // seconds after another run's processes exit read up to 35 % apart here).
   std::stable_partition(benches.begin(), benches.end(), [](const Bench& x) { return x.name.rfind("probe/", 0) != 0; });
-  const size_t gated = std::count_if(benches.begin(), benches.end(), [](const Bench& x) { return x.role == Role::gated; });
+  const size_t gated =
+      std::count_if(benches.begin(), benches.end(), [](const Bench& x) { return x.role == Role::gated; });
   if (gated == 0)
-    throw Error("no benchmark of both builds matches" + std::string(o.ops.empty() ? "" : " the --op list") + (o.filter.empty() ? "" : " and --filter") +
-                " (nothing to compare)");
+    throw Error("no benchmark of both builds matches" + std::string(o.ops.empty() ? "" : " the --op list") +
+                (o.filter.empty() ? "" : " and --filter") + " (nothing to compare)");
 
   // Settle first: both processes stream the triad for a second each, unrecorded (page faults,
   // clocks, the teardown of whatever ran before).
@@ -311,11 +340,13 @@ int run_ab(const AbOptions& o_in) {
     h.send("prepare " + x.name);
     const std::string rb = b.receive(1800), rh = h.receive(1800);
     if (rb != "ok" || rh != "ok") {
-      const std::string why_b = rb == "ok" ? "" : rb.substr(rb.find(' ') + 1), why_h = rh == "ok" ? "" : rh.substr(rh.find(' ') + 1);
+      const std::string why_b = rb == "ok" ? "" : rb.substr(rb.find(' ') + 1),
+                        why_h = rh == "ok" ? "" : rh.substr(rh.find(' ') + 1);
       x.verdict = why_h.empty() ? "NEW" : why_b.empty() ? "FAILED" : "SKIPPED";
       x.note = why_h.empty() ? "base cannot run it: " + why_b : why_b.empty() ? "head cannot run it: " + why_h : why_h;
       if (x.role == Role::control && x.verdict == "FAILED") x.verdict = "SKIPPED";
-      std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(), x.note.c_str());
+      std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(),
+                   x.note.c_str());
       continue;
     }
     const std::string block = " " + fmt("%g", o.block_seconds);
@@ -326,7 +357,8 @@ int run_ab(const AbOptions& o_in) {
         b.send("restage " + x.name);
         h.send("restage " + x.name);
         const std::string sb = b.receive(1800), sh = h.receive(1800);
-        if (sb != "ok" || sh != "ok") throw Error(x.name + ": staging again failed: " + (sb != "ok" ? "base: " + sb : "head: " + sh));
+        if (sb != "ok" || sh != "ok")
+          throw Error(x.name + ": staging again failed: " + (sb != "ok" ? "base: " + sb : "head: " + sh));
       }
       double tb, th;
       if (r % 2 == 0) {
@@ -344,13 +376,16 @@ int run_ab(const AbOptions& o_in) {
     x.verdict = x.v.verdict;
     if (o.repeat > 1)
       for (int k = 0; k < o.repeat; ++k)
-        x.per_run.push_back(paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
-                                           o.threshold, o.alpha).verdict);
+        x.per_run.push_back(
+            paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
+                           o.threshold, o.alpha)
+                .verdict);
     if (x.role == Role::control) x.note = "control: the same code in both builds";
     std::string runs;
     for (const auto& v : x.per_run) runs += (runs.empty() ? "  runs: " : " ") + v;
     std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]%s\n", done, benches.size(), x.name.c_str(),
-                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi, runs.c_str());
+                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi,
+                 runs.c_str());
   }
 
   // instruction counts: exact, both builds
@@ -472,39 +507,48 @@ int run_ab(const AbOptions& o_in) {
   doc.set("regressions", regressions);
   doc.set("exit_code", regressions ? 1 : 0);
 
-  std::string md = "# opforge ab\n\nbase `" + o.base + "` (" + base.kind + (base.sha.empty() ? "" : " " + base.sha.substr(0, 12)) +
-                   ") vs head `" + o.head + "` (" + head.kind + (head.sha.empty() ? "" : " " + head.sha.substr(0, 12)) + "), " +
-                   std::to_string(o.rounds) + " rounds" + (o.repeat > 1 ? " x " + std::to_string(o.repeat) + " runs" : "") + ", blocks of " +
-                   fmt("%g", o.block_seconds) + " s, " + std::to_string(default_num_threads()) + " threads max, threshold " +
-                   fmt("%g", o.threshold * 100) + " %, interval >= " + fmt("%g", (1 - o.alpha) * 100) + " %.\n\n";
+  std::string md = "# opforge ab\n\nbase `" + o.base + "` (" + base.kind +
+                   (base.sha.empty() ? "" : " " + base.sha.substr(0, 12)) + ") vs head `" + o.head + "` (" + head.kind +
+                   (head.sha.empty() ? "" : " " + head.sha.substr(0, 12)) + "), " + std::to_string(o.rounds) +
+                   " rounds" + (o.repeat > 1 ? " x " + std::to_string(o.repeat) + " runs" : "") + ", blocks of " +
+                   fmt("%g", o.block_seconds) + " s, " + std::to_string(default_num_threads()) +
+                   " threads max, threshold " + fmt("%g", o.threshold * 100) +
+                   " %, interval >= " + fmt("%g", (1 - o.alpha) * 100) + " %.\n\n";
   std::string counts;
   for (const auto& [k, n] : count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
   md += "**" + std::string(regressions ? "FAIL" : "PASS") + "**: " + std::to_string(regressions) + " regression(s); " +
         std::to_string(gated) + " benchmarks compared (" + counts + ").";
-  if (o.repeat > 1) md += " Runs with a SLOWER verdict: " + std::to_string(runs_with_slower) + " of " + std::to_string(o.repeat) + ".";
-  md += "\n\nRatio = head time / base time per round (the two builds timed back to back, order alternating); the median and "
-        "its order-statistic interval decide. Controls run the same code in both builds: a control away from 1 means the "
-        "pairing itself is biased.\n\n| benchmark | verdict | median ratio | interval | base median | head median | note |\n"
-        "|---|---|---:|---|---:|---:|---|\n";
+  if (o.repeat > 1)
+    md += " Runs with a SLOWER verdict: " + std::to_string(runs_with_slower) + " of " + std::to_string(o.repeat) + ".";
+  md +=
+      "\n\nRatio = head time / base time per round (the two builds timed back to back, order alternating); the median "
+      "and "
+      "its order-statistic interval decide. Controls run the same code in both builds: a control away from 1 means the "
+      "pairing itself is biased.\n\n| benchmark | verdict | median ratio | interval | base median | head median | note "
+      "|\n"
+      "|---|---|---:|---|---:|---:|---|\n";
   for (const char* want : {"FAILED", "SLOWER", "AMBIGUOUS", "FASTER", "NEW", "SKIPPED", "SAME"})
     for (const Bench& x : benches)
       if (x.verdict == want) {
         const std::string v = x.role == Role::control ? "control " + x.verdict : x.verdict;
         md += "| `" + x.name + "` | " + v + " | " +
-              (x.ratios.empty() ? "| | | | " : fmt("%.3f | [%.3f, %.3f] | ", x.v.median, x.v.lo, x.v.hi) +
-                                                   fmt("%.4g ms | %.4g ms | ", median_of(x.base_ns) / 1e6, median_of(x.head_ns) / 1e6)) +
+              (x.ratios.empty()
+                   ? "| | | | "
+                   : fmt("%.3f | [%.3f, %.3f] | ", x.v.median, x.v.lo, x.v.hi) +
+                         fmt("%.4g ms | %.4g ms | ", median_of(x.base_ns) / 1e6, median_of(x.head_ns) / 1e6)) +
               x.note + " |\n";
       }
   if (!only_head.empty() || !only_base.empty())
-    md += "\nOnly in head: " + std::to_string(only_head.size()) + "; only in base: " + std::to_string(only_base.size()) + " (not compared).\n";
+    md += "\nOnly in head: " + std::to_string(only_head.size()) +
+          "; only in base: " + std::to_string(only_base.size()) + " (not compared).\n";
   md += "\n## Instruction counts (callgrind)\n\n";
   if (instr.str("status") == "skip") {
     md += "skipped: " + instr.str("reason") + "\n";
   } else {
     md += "| case | verdict | base | head | change |\n|---|---|---:|---:|---:|\n";
     for (const auto& c : instr.get("counts").as_array())
-      md += "| `" + c.str("name") + "` | " + c.str("verdict") + " | " + fmt("%.0f", c.num("base")) + " | " + fmt("%.0f", c.num("head")) + " | " +
-            fmt("%+.2f %%", (c.num("ratio", 1) - 1) * 100) + " |\n";
+      md += "| `" + c.str("name") + "` | " + c.str("verdict") + " | " + fmt("%.0f", c.num("base")) + " | " +
+            fmt("%.0f", c.num("head")) + " | " + fmt("%+.2f %%", (c.num("ratio", 1) - 1) * 100) + " |\n";
   }
   files::write_atomic(o.out + "/ab.json", json::dump(doc));
   files::write_atomic(o.out + "/ab.md", md);

@@ -15,21 +15,21 @@
 namespace opf::matrix {
 
 struct AbOptions {
-  std::string base, head;          // revision, source directory or build directory
-  std::string repo;                // git repository revisions are read from ("" = this opforge's source)
-  std::string out;                 // results and builds (kept, reused by a later run with the same out)
-  std::vector<std::string> ops;    // only these ops (and a reduced build); empty = all
-  std::string filter;              // ECMAScript regex over benchmark names (controls always run)
-  bool peers = false;              // also time the peers (as controls: the same code in both builds)
+  std::string base, head;        // revision, source directory or build directory
+  std::string repo;              // git repository revisions are read from ("" = this opforge's source)
+  std::string out;               // results and builds (kept, reused by a later run with the same out)
+  std::vector<std::string> ops;  // only these ops (and a reduced build); empty = all
+  std::string filter;            // ECMAScript regex over benchmark names (controls always run)
+  bool peers = false;            // also time the peers (as controls: the same code in both builds)
   int rounds = 10;
-  int repeat = 1;                  // > 1: that many independent verdicts per benchmark (false-alarm studies)
-  double block_seconds = 0.1;      // timed calls per block: at least this long
-  bool restage = true;             // both sides stage the case in new buffers before every round
+  int repeat = 1;              // > 1: that many independent verdicts per benchmark (false-alarm studies)
+  double block_seconds = 0.1;  // timed calls per block: at least this long
+  bool restage = true;         // both sides stage the case in new buffers before every round
   double threshold = 0.05, alpha = 0.05, instr_threshold = 0.01;
   bool instructions = true;
-  bool force = false;              // replace an existing out/ab.json
-  bool no_build = false;           // use build directories as they are (no ninja)
-  std::vector<std::string> meson_options;                        // extra -Dkey=value for both builds
+  bool force = false;                                                   // replace an existing out/ab.json
+  bool no_build = false;                                                // use build directories as they are (no ninja)
+  std::vector<std::string> meson_options;                               // extra -Dkey=value for both builds
   std::vector<std::pair<std::string, std::string>> base_env, head_env;  // for that side's benchmark server
 };
 

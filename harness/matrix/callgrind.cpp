@@ -51,15 +51,17 @@ CallgrindDump parse_callgrind_out(const std::string& text, const std::string& or
       count_line = v, count_line_no = line_no;
     }
   }
-  if (ir_index < 0) throw Error(origin + ":" + std::to_string(line_no) + ": no `events:` line (not a callgrind profile)");
-  if (count_line_no == 0) throw Error(origin + ":" + std::to_string(line_no) + ": no `summary:` or `totals:` line (truncated profile?)");
+  if (ir_index < 0)
+    throw Error(origin + ":" + std::to_string(line_no) + ": no `events:` line (not a callgrind profile)");
+  if (count_line_no == 0)
+    throw Error(origin + ":" + std::to_string(line_no) + ": no `summary:` or `totals:` line (truncated profile?)");
   auto counts = words(count_line);
   // callgrind omits trailing zero counts
   if (size_t(ir_index) >= counts.size()) return d;
   const std::string& c = counts[size_t(ir_index)];
   if (c.empty() || c.find_first_not_of("0123456789") != std::string::npos)
-    throw Error(origin + ":" + std::to_string(count_line_no) + ": Ir count '" + c + "' is not a number (events on line " +
-                std::to_string(events_line) + ")");
+    throw Error(origin + ":" + std::to_string(count_line_no) + ": Ir count '" + c +
+                "' is not a number (events on line " + std::to_string(events_line) + ")");
   d.instructions = std::stod(c);
   return d;
 }
@@ -90,7 +92,8 @@ json::Value callgrind_json(const std::vector<CallgrindDump>& dumps, int calls) {
 std::vector<CallgrindDump> read_callgrind_dir(const std::string& dir) {
   std::vector<std::string> paths;
   for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().filename().string().rfind("callgrind.out", 0) == 0) paths.push_back(e.path().string());
+    if (e.is_regular_file() && e.path().filename().string().rfind("callgrind.out", 0) == 0)
+      paths.push_back(e.path().string());
   std::sort(paths.begin(), paths.end());
   std::vector<CallgrindDump> dumps;
   for (const auto& p : paths) dumps.push_back(parse_callgrind_out(files::read(p), p));
@@ -103,7 +106,8 @@ std::string valgrind_cannot_run_reason(const std::string& log) {
   std::string where;
   const size_t fn = log.find(": ", log.find("at 0x", at));
   if (fn != std::string::npos) where = " in " + log.substr(fn + 2, log.find('\n', fn) - fn - 2);
-  return "valgrind cannot run this machine's code (illegal opcode under valgrind" + where + "): no instruction counts here";
+  return "valgrind cannot run this machine's code (illegal opcode under valgrind" + where +
+         "): no instruction counts here";
 }
 
 }  // namespace opf::matrix

@@ -30,16 +30,29 @@ SlurmFiles emit_slurm(const Plan& plan, const std::string& plan_path, const std:
   size_t n = plan.cells.size();
   f.script =
       "#!/bin/bash\n"
-      "# opforge matrix: one Slurm array task per cell of " + plan.matrix_path + " (" + std::to_string(n) + " cells).\n"
-      "# Submit from the source root: sbatch " + out_dir + "/matrix.sbatch\n"
-      "# Then: opforge merge -o results/runs/<name> " + out_dir + "/bundles/*\n"
+      "# opforge matrix: one Slurm array task per cell of " +
+      plan.matrix_path + " (" + std::to_string(n) +
+      " cells).\n"
+      "# Submit from the source root: sbatch " +
+      out_dir +
+      "/matrix.sbatch\n"
+      "# Then: opforge merge -o results/runs/<name> " +
+      out_dir +
+      "/bundles/*\n"
       "#SBATCH --job-name=opforge-matrix\n"
-      "#SBATCH --array=0-" + std::to_string(n ? n - 1 : 0) + "\n"
-      "#SBATCH --output=" + out_dir + "/logs/%A_%a.out\n"
+      "#SBATCH --array=0-" +
+      std::to_string(n ? n - 1 : 0) +
+      "\n"
+      "#SBATCH --output=" +
+      out_dir +
+      "/logs/%A_%a.out\n"
       "#SBATCH --cpus-per-task=2\n"
       "set -euo pipefail\n"
-      "CELL=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" " + out_dir + "/cells.txt)\n"
-      "exec ${OPFORGE:-opforge} matrix run " + plan_path + " --cell \"$CELL\" --out " + out_dir + "/bundles/\"$CELL\"\n";
+      "CELL=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" " +
+      out_dir +
+      "/cells.txt)\n"
+      "exec ${OPFORGE:-opforge} matrix run " +
+      plan_path + " --cell \"$CELL\" --out " + out_dir + "/bundles/\"$CELL\"\n";
   return f;
 }
 

@@ -6,7 +6,7 @@
 
 namespace opf::files {
 
-std::string read(const std::string& path);            // throws opf::Error naming the path
+std::string read(const std::string& path);  // throws opf::Error naming the path
 bool read_if_exists(const std::string& path, std::string& out);
 void write_atomic(const std::string& path, const std::string& data, bool executable = false);
 void copy_atomic(const std::string& from, const std::string& to);

@@ -24,7 +24,8 @@ std::vector<GateOverride> read_overrides(const std::string& path) {
   std::vector<GateOverride> out;
   auto where = [&](const toml::node& n) { return path + ":" + std::to_string(n.source().begin.line); };
   for (auto&& [k, v] : doc)
-    if (k.str() != "override") throw Error(where(v) + ": unknown key '" + std::string(k.str()) + "' (use [[override]])");
+    if (k.str() != "override")
+      throw Error(where(v) + ": unknown key '" + std::string(k.str()) + "' (use [[override]])");
   auto* arr = doc["override"].as_array();
   if (!arr) return out;
   for (auto& n : *arr) {
@@ -81,8 +82,8 @@ std::string threads_of(const std::string& name) {
 }
 
 // SAME / SLOWER / FASTER / AMBIGUOUS of cur against base at `threshold` (the rules in gate.h)
-std::string decide(const std::vector<double>& base, const std::vector<double>& cur, double threshold, double alpha, double& ratio,
-                   double& p) {
+std::string decide(const std::vector<double>& base, const std::vector<double>& cur, double threshold, double alpha,
+                   double& ratio, double& p) {
   ratio = stats::median(cur) / stats::median(base);
   // Significance is tested against the threshold-shifted baseline: "slower than baseline x
   // (1 + threshold)", not merely "slower", so noise that happens to straddle the threshold
@@ -91,21 +92,23 @@ std::string decide(const std::vector<double>& base, const std::vector<double>& c
   const double scale = ratio > 1 ? 1 + threshold : 1 - threshold;
   for (auto& x : shifted) x *= scale;
   p = stats::mann_whitney(shifted, cur).p;
-  const bool beyond = ratio > 1 ? stats::median(cur) > stats::median(shifted) : stats::median(cur) < stats::median(shifted);
+  const bool beyond =
+      ratio > 1 ? stats::median(cur) > stats::median(shifted) : stats::median(cur) < stats::median(shifted);
   if (std::fabs(ratio - 1) <= threshold) return "SAME";
   if (beyond && p < alpha) return ratio > 1 ? "SLOWER" : "FASTER";
   return "AMBIGUOUS";
 }
 
 struct Drift {
-  double probe = 0;   // probe ratio cur/base (0: none)
+  double probe = 0;      // probe ratio cur/base (0: none)
   double probe_bps = 0;  // baseline probe bandwidth
-  double peers = 0;   // median peer ratio (0: fewer than 3 peers)
+  double peers = 0;      // median peer ratio (0: fewer than 3 peers)
   int n_peers = 0;
 };
 
 // Controls by "<cell>/<threads>"
-std::map<std::string, Drift> drift_by_cell_threads(const GateInput& base, const std::map<std::string, const BenchSamples*>& cur) {
+std::map<std::string, Drift> drift_by_cell_threads(const GateInput& base,
+                                                   const std::map<std::string, const BenchSamples*>& cur) {
   std::map<std::string, Drift> d;
   std::map<std::string, std::vector<double>> peer_ratios;
   for (const auto& b : base.bench) {
@@ -175,7 +178,8 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
     if (raw != "SAME" && !v.control) {
       auto d = drift.find(b.cell + "/" + threads_of(b.name));
       if (d != drift.end()) {
-        const bool memory_bound = d->second.probe > 0 && d->second.probe_bps > 0 && b.bytes_per_second >= 0.5 * d->second.probe_bps;
+        const bool memory_bound =
+            d->second.probe > 0 && d->second.probe_bps > 0 && b.bytes_per_second >= 0.5 * d->second.probe_bps;
         if (memory_bound) v.decided_by = "probe", v.drift = d->second.probe;
         else if (d->second.peers > 0) v.decided_by = "peers", v.drift = d->second.peers;
         else if (d->second.probe > 0) v.decided_by = "probe", v.drift = d->second.probe;
@@ -187,7 +191,8 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
         const std::string norm = decide(normalized, c.ns, v.threshold, cfg.alpha, nratio, np);
         char buf[256];
         std::snprintf(buf, sizeof buf, "raw %s x%.3f; %s moved x%.3f; normalized x%.3f: %s", raw.c_str(), v.ratio,
-                      v.decided_by == "probe" ? "the bandwidth probe" : "the peers (median)", v.drift, nratio, norm.c_str());
+                      v.decided_by == "probe" ? "the bandwidth probe" : "the peers (median)", v.drift, nratio,
+                      norm.c_str());
         v.note = buf;
         if (norm != raw) {  // a change the controls explain is not the change's
           v.verdict = norm == "SLOWER" || norm == "FASTER" ? "AMBIGUOUS" : norm;
@@ -202,7 +207,8 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
       v.note = "beyond the threshold but not significant (need more repetitions or a quieter machine)";
     }
     if (v.control && (v.verdict == "SLOWER" || v.verdict == "FASTER"))
-      v.note = "control (not our code): " + std::string(v.verdict == "SLOWER" ? "slower" : "faster") + " here means the machine moved";
+      v.note = "control (not our code): " + std::string(v.verdict == "SLOWER" ? "slower" : "faster") +
+               " here means the machine moved";
     if (std::isfinite(v.ratio) && v.ratio > 0) {
       log_sum += std::log(v.ratio);
       ++r.compared;
@@ -233,7 +239,11 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
     double ratio = it->second / i.instructions;
     char d[128];
     std::snprintf(d, sizeof d, "%.0f -> %.0f instructions (%+.2f %%)", i.instructions, it->second, (ratio - 1) * 100);
-    r.instr.push_back({key, ratio > 1 + cfg.instr_threshold ? "REGRESSION" : ratio < 1 - cfg.instr_threshold ? "FEWER" : "SAME", d});
+    r.instr.push_back({key,
+                       ratio > 1 + cfg.instr_threshold   ? "REGRESSION"
+                       : ratio < 1 - cfg.instr_threshold ? "FEWER"
+                                                         : "SAME",
+                       d});
   }
 
   // correctness: passed before, fails now
@@ -246,9 +256,12 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
       if (t.result == "pass") r.tests.push_back({key, "MISSING", "passed in the baseline, not run now"});
       continue;
     }
-    if (t.result == "pass" && it->second == "fail") r.tests.push_back({key, "REGRESSION", "passed in the baseline, fails now"});
-    else if (t.result == "fail" && it->second == "pass") r.tests.push_back({key, "FIXED", "failed in the baseline, passes now"});
-    else if (t.result == "pass" && it->second == "skip") r.tests.push_back({key, "NEWLY-SKIPPED", "passed in the baseline, skipped now"});
+    if (t.result == "pass" && it->second == "fail")
+      r.tests.push_back({key, "REGRESSION", "passed in the baseline, fails now"});
+    else if (t.result == "fail" && it->second == "pass")
+      r.tests.push_back({key, "FIXED", "failed in the baseline, passes now"});
+    else if (t.result == "pass" && it->second == "skip")
+      r.tests.push_back({key, "NEWLY-SKIPPED", "passed in the baseline, skipped now"});
   }
   for (const auto& t : cur.tests)
     if (t.result == "fail") {
@@ -268,9 +281,11 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
       continue;
     }
     const auto& c = *it->second;
-    if (b.status == "pass" && c.status != "pass") r.chakra.push_back({key, "REGRESSION", "status " + b.status + " -> " + c.status});
+    if (b.status == "pass" && c.status != "pass")
+      r.chakra.push_back({key, "REGRESSION", "status " + b.status + " -> " + c.status});
     else if (!b.golden.empty() && !c.golden.empty() && b.golden != c.golden)
-      r.chakra.push_back({key, "REGRESSION", "golden digest changed " + b.golden.substr(0, 12) + " -> " + c.golden.substr(0, 12)});
+      r.chakra.push_back(
+          {key, "REGRESSION", "golden digest changed " + b.golden.substr(0, 12) + " -> " + c.golden.substr(0, 12)});
   }
   for (const auto& c : cur.chakra)
     if (c.status != "pass") {
@@ -286,7 +301,8 @@ std::string gate_markdown(const GateReport& r, const std::string& base_name, con
   for (const auto& b : r.bench) count[b.verdict]++;
   std::string s = "# opforge gate\n\nbaseline `" + base_name + "` vs current `" + cur_name + "`\n\n";
   char buf[512];
-  std::snprintf(buf, sizeof buf, "**%s**: %d regression(s). Benchmarks: %d compared, geomean time ratio %.3f (%+.1f %%); ",
+  std::snprintf(buf, sizeof buf,
+                "**%s**: %d regression(s). Benchmarks: %d compared, geomean time ratio %.3f (%+.1f %%); ",
                 r.regressions() ? "FAIL" : "PASS", r.regressions(), r.compared, r.geomean, (r.geomean - 1) * 100);
   s += buf;
   std::string counts;
@@ -296,7 +312,8 @@ std::string gate_markdown(const GateReport& r, const std::string& base_name, con
     s += "Timing is advisory here (--timing advisory): the " + std::to_string(count["SLOWER"]) +
          " SLOWER benchmark(s) are reported, not failed.\n\n";
   if (!r.bench.empty()) {
-    s += "| benchmark | verdict | base median | current median | ratio | p vs threshold (Mann-Whitney) | reps | threshold | decided by | note |\n";
+    s += "| benchmark | verdict | base median | current median | ratio | p vs threshold (Mann-Whitney) | reps | "
+         "threshold | decided by | note |\n";
     s += "|---|---|---:|---:|---:|---:|---:|---:|---|---|\n";
     // regressions first
     std::vector<const BenchVerdict*> order;
@@ -304,9 +321,10 @@ std::string gate_markdown(const GateReport& r, const std::string& base_name, con
       for (const auto& b : r.bench)
         if (b.verdict == v) order.push_back(&b);
     for (const auto* b : order) {
-      std::snprintf(buf, sizeof buf, "| `%s` | %s%s | %.4g ns | %.4g ns | %.3f | %.4f | %zu/%zu | %.0f %% | %s | %s |\n", b->key.c_str(),
-                    b->control ? "control " : "", b->verdict.c_str(), b->base_median_ns, b->cur_median_ns, b->ratio, b->p, b->n_base,
-                    b->n_cur, b->threshold * 100, b->decided_by.c_str(), b->note.c_str());
+      std::snprintf(buf, sizeof buf,
+                    "| `%s` | %s%s | %.4g ns | %.4g ns | %.3f | %.4f | %zu/%zu | %.0f %% | %s | %s |\n", b->key.c_str(),
+                    b->control ? "control " : "", b->verdict.c_str(), b->base_median_ns, b->cur_median_ns, b->ratio,
+                    b->p, b->n_base, b->n_cur, b->threshold * 100, b->decided_by.c_str(), b->note.c_str());
       s += buf;
     }
     s += "\n";

@@ -26,8 +26,8 @@
 namespace opf::matrix {
 
 struct GateOverride {
-  std::string match;        // glob over "<cell>/<benchmark>" (fnmatch)
-  double threshold = -1;    // < 0: keep the default
+  std::string match;      // glob over "<cell>/<benchmark>" (fnmatch)
+  double threshold = -1;  // < 0: keep the default
   bool ignore = false;
   std::string reason;
 };
@@ -52,9 +52,9 @@ struct BenchVerdict {
   size_t n_base = 0, n_cur = 0;
   double base_median_ns = 0, cur_median_ns = 0;
   std::string note;
-  bool control = false;           // probe or peer: reported, never a regression
+  bool control = false;            // probe or peer: reported, never a regression
   std::string decided_by = "raw";  // raw, probe, peers
-  double drift = 1;               // the controls' median ratio used to normalize (1 = none)
+  double drift = 1;                // the controls' median ratio used to normalize (1 = none)
 };
 
 struct SimpleChange {
@@ -64,7 +64,7 @@ struct SimpleChange {
 struct GateReport {
   std::vector<BenchVerdict> bench;
   std::vector<SimpleChange> instr, tests, chakra;
-  double geomean = 1;   // of median ratios of compared benchmarks
+  double geomean = 1;  // of median ratios of compared benchmarks
   int compared = 0;
   bool timing_gates = true;
   int regressions() const;

@@ -80,7 +80,8 @@ std::vector<InstrCount> read_callgrind_json(const std::string& path, const std::
   if (doc.str("schema") != "opforge.callgrind/1") throw Error(path + ": not opforge.callgrind/1");
   std::vector<InstrCount> out;
   for (const auto& b : doc.get("benchmarks").as_array()) {
-    if (!b.get("instructions").is_number()) throw Error(path + ": benchmark '" + b.str("name") + "' without \"instructions\"");
+    if (!b.get("instructions").is_number())
+      throw Error(path + ": benchmark '" + b.str("name") + "' without \"instructions\"");
     out.push_back({cell, b.str("name"), b.num("instructions")});
   }
   return out;
@@ -104,7 +105,8 @@ GateInput read_gate_input(const std::string& path) {
       }
       std::string tests;
       if (files::read_if_exists(dir + "/tests.json", tests))
-        for (const auto& c : cases_from_json(json::parse(tests, dir + "/tests.json"))) in.tests.push_back({name, c.key, c.result});
+        for (const auto& c : cases_from_json(json::parse(tests, dir + "/tests.json")))
+          in.tests.push_back({name, c.key, c.result});
       if (cell.get("chakra").is_string()) {
         auto v = read_chakra_json(dir + "/" + cell.str("chakra"), name);
         in.chakra.insert(in.chakra.end(), v.begin(), v.end());
@@ -117,7 +119,8 @@ GateInput read_gate_input(const std::string& path) {
     return in;
   }
   auto doc = json::parse_file(path);
-  if (doc.str("schema") != "opforge.baseline/1") throw Error(path + ": not a run directory or an opforge.baseline/1 file");
+  if (doc.str("schema") != "opforge.baseline/1")
+    throw Error(path + ": not a run directory or an opforge.baseline/1 file");
   in.meta = doc.get("meta");
   for (const auto& b : doc.get("benchmarks").as_array()) {
     BenchSamples s{b.str("cell"), b.str("name"), {}, b.num("bytes_per_second")};
@@ -128,7 +131,8 @@ GateInput read_gate_input(const std::string& path) {
   for (const auto& t : doc.get("tests").as_array()) in.tests.push_back({t.str("cell"), t.str("key"), t.str("result")});
   for (const auto& c : doc.get("chakra").as_array())
     in.chakra.push_back({c.str("cell"), c.str("trace"), c.str("status"), c.str("golden"), c.num("seconds")});
-  for (const auto& i : doc.get("callgrind").as_array()) in.instr.push_back({i.str("cell"), i.str("name"), i.num("instructions")});
+  for (const auto& i : doc.get("callgrind").as_array())
+    in.instr.push_back({i.str("cell"), i.str("name"), i.num("instructions")});
   return in;
 }
 

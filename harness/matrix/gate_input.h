@@ -13,8 +13,8 @@ namespace opf::matrix {
 
 struct BenchSamples {
   std::string cell, name;
-  std::vector<double> ns;        // real time per iteration, one entry per repetition
-  double bytes_per_second = 0;   // mean over repetitions (0 when the benchmark sets no bytes)
+  std::vector<double> ns;       // real time per iteration, one entry per repetition
+  double bytes_per_second = 0;  // mean over repetitions (0 when the benchmark sets no bytes)
   std::string key() const { return cell + "/" + name; }
 };
 

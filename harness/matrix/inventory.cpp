@@ -134,13 +134,16 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
       Pair p{op.name, b};
       auto it = modules.find(p);
       bool has_target = it != modules.end();
-      bool files_present = has_target && std::all_of(it->second.begin(), it->second.end(), [](const std::string& f) { return files::exists(f); });
+      bool files_present = has_target && std::all_of(it->second.begin(), it->second.end(),
+                                                     [](const std::string& f) { return files::exists(f); });
       if (expected.count(p) && prebuilt) {
         add("module", op.name, b, has_target && files_present,
-            has_target ? (files_present ? it->second.front() : "module target exists but its file is missing: " + it->second.front())
+            has_target ? (files_present ? it->second.front()
+                                        : "module target exists but its file is missing: " + it->second.front())
                        : "prebuilt mode but no module target");
       } else if (expected.count(p)) {
-        add("no-module", op.name, b, !has_target, has_target ? "jit mode but Meson builds " + it->second.front() : "not prebuilt (JIT at first use)");
+        add("no-module", op.name, b, !has_target,
+            has_target ? "jit mode but Meson builds " + it->second.front() : "not prebuilt (JIT at first use)");
       } else if (has_target) {
         add("disabled", op.name, b, false, "not enabled but Meson builds " + it->second.front());
       }
@@ -174,7 +177,8 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
         row[{r.str("op"), r.str("backend")}] = r;
       }
     for (const auto& p : expected)
-      add("listing", p.first, p.second, listed.count(p) > 0, listed.count(p) ? "listed as enabled" : "missing from opforge ops");
+      add("listing", p.first, p.second, listed.count(p) > 0,
+          listed.count(p) ? "listed as enabled" : "missing from opforge ops");
     for (const auto& p : listed)
       if (!expected.count(p)) add("listing", p.first, p.second, false, "listed as enabled but options say it is not");
     for (const auto& op : manifest.ops)
@@ -204,7 +208,9 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
           std::string where;
           for (const auto& root : caches) where += (where.empty() ? "" : ", ") + root;
           add("jit-cache", p.first, p.second, !found.empty(),
-              found.empty() ? "no entry " + p.first + "/" + p.second + "/" + key.substr(0, 12) + "... in the tests' caches (" + where + ")" : found);
+              found.empty() ? "no entry " + p.first + "/" + p.second + "/" + key.substr(0, 12) +
+                                  "... in the tests' caches (" + where + ")"
+                            : found);
         }
       }
   }
@@ -214,7 +220,8 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
   fs::remove_all(probe_cache, ec);
   std::string probe_out = in.work_dir + "/probe.json";
   std::string probe_text;
-  bool ran = proc::capture({"env", "OPFORGE_CACHE_DIR=" + probe_cache, opforge, "matrix", "probe"}, probe_text, in.source_dir, in.timeout_s);
+  bool ran = proc::capture({"env", "OPFORGE_CACHE_DIR=" + probe_cache, opforge, "matrix", "probe"}, probe_text,
+                           in.source_dir, in.timeout_s);
   if (!ran) {
     add("load", "", "", false, opforge + " matrix probe failed");
   } else {
@@ -232,7 +239,8 @@ Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest)
       std::string cold = l.get("cold").str("source"), warm = l.get("warm").str("source");
       bool ok = st == "loaded" && (prebuilt ? cold == "prebuilt" : (cold == "jit-compiled" && warm == "jit-cache"));
       char t[96];
-      std::snprintf(t, sizeof t, " (%.3f s cold, %.6f s warm)", l.get("cold").num("seconds"), l.get("warm").num("seconds"));
+      std::snprintf(t, sizeof t, " (%.3f s cold, %.6f s warm)", l.get("cold").num("seconds"),
+                    l.get("warm").num("seconds"));
       add("load", p.first, p.second, ok, st == "loaded" ? cold + " then " + warm + t : l.str("reason"));
     }
     for (const auto& p : expected)

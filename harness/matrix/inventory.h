@@ -19,15 +19,15 @@
 namespace opf::matrix {
 
 struct InventoryCheck {
-  std::string what;     // expected-ops, listing, module, no-module, jit-cache, load, disabled
+  std::string what;  // expected-ops, listing, module, no-module, jit-cache, load, disabled
   std::string op, backend;
-  std::string status;   // pass, fail, owed
+  std::string status;  // pass, fail, owed
   std::string detail;
 };
 
 struct Inventory {
   std::vector<InventoryCheck> checks;
-  json::Value probe;    // the cell's probe output (load times), null when not run
+  json::Value probe;  // the cell's probe output (load times), null when not run
   bool failed() const;
   json::Value to_json() const;
 };
@@ -35,7 +35,7 @@ struct Inventory {
 struct InventoryInputs {
   std::string source_dir;
   std::string build_dir;
-  std::string work_dir;     // the cell's result dir (probe cache, logs)
+  std::string work_dir;  // the cell's result dir (probe cache, logs)
   std::string log_path;
   double timeout_s = 300;
 };

@@ -43,10 +43,10 @@ class Value {
   double as_double(double fallback = 0) const;
   int64_t as_int(int64_t fallback = 0) const;
   const std::string& as_string() const;  // "" when not a string
-  const Array& as_array() const;          // empty when not an array
-  const Object& as_object() const;        // empty when not an object
-  Array& array();                         // converts null to an empty array
-  Object& object();                       // converts null to an empty object
+  const Array& as_array() const;         // empty when not an array
+  const Object& as_object() const;       // empty when not an object
+  Array& array();                        // converts null to an empty array
+  Object& object();                      // converts null to an empty object
 
   // Object access: get() returns a null value when absent; set() replaces or appends.
   const Value& get(std::string_view key) const;

@@ -17,7 +17,8 @@ json::Value load_json(Loader& loader, const OpInfo& op, const std::string& backe
   json::Value v;
   if (m.source == ModuleSource::jit_specialized) {
     const int compiled = loader.prepare(op, backend);
-    v.set("source", std::string(module_source_name(compiled > 0 ? ModuleSource::jit_compiled : ModuleSource::jit_cache)));
+    v.set("source",
+          std::string(module_source_name(compiled > 0 ? ModuleSource::jit_compiled : ModuleSource::jit_cache)));
     v.set("pairs_compiled", compiled);
     v.set("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } else {

@@ -9,9 +9,9 @@
 
 namespace opf::matrix {
 
-json::Value git_state(const std::string& source_dir);      // {sha, dirty, branch}
-json::Value toolchain_versions();                           // {meson, ninja, cxx, nvcc, hipcc, ccache}
-json::Value machine_facts();                                // {host, cpu_model, cores, mem_gb, kernel}
+json::Value git_state(const std::string& source_dir);  // {sha, dirty, branch}
+json::Value toolchain_versions();                      // {meson, ninja, cxx, nvcc, hipcc, ccache}
+json::Value machine_facts();                           // {host, cpu_model, cores, mem_gb, kernel}
 // Single-thread triad a = b + s*c over arrays far larger than the LLC; best of `reps`, GB/s
 // counting 3 arrays moved (STREAM convention).
 json::Value bandwidth_probe(size_t bytes_per_array = size_t(64) << 20, int reps = 5);

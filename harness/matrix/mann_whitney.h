@@ -9,8 +9,8 @@
 namespace opf::stats {
 
 struct MannWhitney {
-  double u = 0;        // U of the first sample (x)
-  double p = 1;        // two-sided p-value
+  double u = 0;  // U of the first sample (x)
+  double p = 1;  // two-sided p-value
   bool exact = false;
 };
 

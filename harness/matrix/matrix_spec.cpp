@@ -22,7 +22,9 @@ struct Ctx {
     return path + ":" + std::to_string(s.line) + ":" + std::to_string(s.column);
   }
   // msg may quote names from the file: one_line keeps the error on one line whatever they hold
-  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const { throw Error(at(n) + ": " + one_line(msg)); }
+  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
+    throw Error(at(n) + ": " + one_line(msg));
+  }
 
   // "@ops" -> every op option, "@backends" -> every declared backend's option, else the name.
   std::vector<std::string> expand(const std::string& key, const toml::node& where) const {
@@ -37,7 +39,9 @@ struct Ctx {
       names.push_back(key);
     }
     for (const auto& n : names)
-      if (!catalog.find(n)) fail(where, "'" + n + "' is not a Meson option of this project (see `meson introspect meson.build --buildoptions`)");
+      if (!catalog.find(n))
+        fail(where,
+             "'" + n + "' is not a Meson option of this project (see `meson introspect meson.build --buildoptions`)");
     return names;
   }
 
@@ -139,7 +143,8 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
     for (auto& node : c.array_of_tables(*a, "axis")) {
       auto& t = *node.as_table();
       c.only_keys(t, {"option", "select", "values"}, "[[axis]]");
-      std::string key = t.get("select") ? c.str(t, "select", "[[axis]]", true) : c.str(t, "option", "[[axis]] (option or select)", true);
+      std::string key = t.get("select") ? c.str(t, "select", "[[axis]]", true)
+                                        : c.str(t, "option", "[[axis]] (option or select)", true);
       for (const auto& name : c.expand(key, node)) {
         if (!seen.insert(name).second) continue;  // a group and an explicit axis may overlap
         const auto& opt = *catalog.find(name);
@@ -173,7 +178,8 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
       if (!arr) c.fail(*cons, "'constraints' must be an array of names");
       for (auto& n : *arr) {
         auto name = n.value_exact<std::string>().value_or("");
-        if (name != "enabled-op-needs-backend") c.fail(n, "unknown constraint '" + name + "' (known: enabled-op-needs-backend)");
+        if (name != "enabled-op-needs-backend")
+          c.fail(n, "unknown constraint '" + name + "' (known: enabled-op-needs-backend)");
         // configure stops when an enabled op has none of its declared backends (kernels/meson.build)
         for (const auto& op : manifest.ops) {
           Rule r;
@@ -274,7 +280,8 @@ MatrixSpec parse_matrix(const std::string& text, const std::string& path, const 
       if (!tt) c.fail(*to, "[run.timeouts] must be a table of step = seconds");
       for (auto&& [k, v] : *tt) {
         std::string step(k.str());
-        if (!m.run.timeouts.count(step)) c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, callgrind, chakra)");
+        if (!m.run.timeouts.count(step))
+          c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, callgrind, chakra)");
         auto s = v.value<double>();
         if (!s || *s <= 0) c.fail(v, "timeout must be a positive number of seconds");
         m.run.timeouts[step] = *s;

@@ -36,17 +36,17 @@ struct RunSettings {
   bool bench = false;
   bool callgrind = false;  // instruction counts of the cpu kernels (valgrind --tool=callgrind)
   std::vector<std::string> bench_args{"--benchmark_repetitions=5", "--benchmark_min_time=0.05"};
-  std::map<std::string, double> timeouts{{"setup", 300}, {"compile", 3600}, {"test", 1800},
-                                         {"inventory", 300}, {"bench", 1800}, {"callgrind", 300}, {"chakra", 1800}};
+  std::map<std::string, double> timeouts{{"setup", 300},  {"compile", 3600},  {"test", 1800},  {"inventory", 300},
+                                         {"bench", 1800}, {"callgrind", 300}, {"chakra", 1800}};
 };
 
 struct MatrixSpec {
   std::string path;
-  std::string text;          // file content, recorded in the run manifest
+  std::string text;  // file content, recorded in the run manifest
   std::string description;
   Options base;
   std::vector<Axis> axes;
-  std::string generate;      // "" or "pairwise"
+  std::string generate;  // "" or "pairwise"
   std::vector<Rule> excludes;
   std::vector<NamedCell> cells;
   RunSettings run;

@@ -48,7 +48,9 @@ MergeResult merge_runs(const std::vector<std::string>& bundles, const std::strin
       if (m.str("schema") != "opforge.run/1") throw Error(b + "/run.json: not opforge.run/1");
       std::string sha = m.get("matrix").str("sha256");
       if (plan_sha.empty()) plan_sha = sha;
-      else if (sha != plan_sha) throw Error(b + ": bundle of a different matrix (sha256 " + sha.substr(0, 12) + " vs " + plan_sha.substr(0, 12) + ")");
+      else if (sha != plan_sha)
+        throw Error(b + ": bundle of a different matrix (sha256 " + sha.substr(0, 12) + " vs " +
+                    plan_sha.substr(0, 12) + ")");
       commits.insert(m.get("git").str("sha") + (m.get("git").get("dirty").as_bool() ? "+dirty" : ""));
       if (manifest.is_null()) {
         manifest = m;

@@ -17,7 +17,7 @@ struct MesonOption {
   std::vector<std::string> choices;  // combo/feature choices
   std::string default_literal;       // the default as a native-file literal
   bool project() const { return section == "user"; }
-  bool feature() const;              // combo with exactly enabled/disabled/auto
+  bool feature() const;  // combo with exactly enabled/disabled/auto
 };
 
 struct OptionCatalog {

@@ -38,12 +38,10 @@ PairedVerdict paired_verdict(const std::vector<double>& ratios, double threshold
   v.rounds = ratios.size();
   median_interval(ratios, alpha, v.median, v.lo, v.hi, v.coverage);
   const bool confident = v.coverage >= 1 - alpha;
-  if (v.median >= 1 + threshold)
-    v.verdict = confident && v.lo > 1 + threshold ? "SLOWER" : "AMBIGUOUS";
+  if (v.median >= 1 + threshold) v.verdict = confident && v.lo > 1 + threshold ? "SLOWER" : "AMBIGUOUS";
   else if (v.median <= 1 / (1 + threshold))
     v.verdict = confident && v.hi < 1 / (1 + threshold) ? "FASTER" : "AMBIGUOUS";
-  else
-    v.verdict = "SAME";
+  else v.verdict = "SAME";
   return v;
 }
 

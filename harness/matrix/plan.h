@@ -32,7 +32,7 @@ struct Plan {
   std::vector<Axis> axes;
   std::vector<Cell> cells;
   std::vector<Excluded> excluded;
-  double cartesian = 0;          // cells of the full cartesian product of the axes
+  double cartesian = 0;  // cells of the full cartesian product of the axes
   int64_t pairs_total = 0;
   int64_t pairs_infeasible = 0;
   RunSettings run;

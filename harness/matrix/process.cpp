@@ -51,10 +51,8 @@ pid_t spawn(const Spec& spec, int out_fd, bool err_null, std::string& error) {
   } else {
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   }
-  if (err_null)
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  else
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (err_null) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  else posix_spawn_file_actions_adddup2(&fa, 1, 2);
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
 
   posix_spawnattr_t attr;

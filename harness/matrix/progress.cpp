@@ -14,10 +14,8 @@ double secs(std::chrono::steady_clock::time_point t) {
 std::string format_duration(double s) {
   long t = long(s + 0.5);
   char buf[32];
-  if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
   return buf;
 }
 
@@ -49,9 +47,19 @@ void Progress::render_locked() {
   std::string line = "[";
   line.append(format_duration(secs(t0_))).append("]");
   for (const auto& [slot, a] : active_)
-    line.append("  cell ").append(std::to_string(a.index)).append("/").append(std::to_string(total_)).append(" ")
-        .append(a.cell).append(": ").append(a.step).append(" ").append(format_duration(secs(a.step_t0)))
-        .append(" (cell ").append(format_duration(secs(a.cell_t0))).append(")");
+    line.append("  cell ")
+        .append(std::to_string(a.index))
+        .append("/")
+        .append(std::to_string(total_))
+        .append(" ")
+        .append(a.cell)
+        .append(": ")
+        .append(a.step)
+        .append(" ")
+        .append(format_duration(secs(a.step_t0)))
+        .append(" (cell ")
+        .append(format_duration(secs(a.cell_t0)))
+        .append(")");
   if (active_.empty()) line += "  waiting";
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
   std::fflush(stderr);
@@ -61,10 +69,8 @@ void Progress::step(int slot, int index, const std::string& cell, const std::str
   std::lock_guard<std::mutex> lk(mu_);
   auto now = std::chrono::steady_clock::now();
   auto it = active_.find(slot);
-  if (it == active_.end() || it->second.cell != cell)
-    active_[slot] = Active{index, cell, step, now, now};
-  else
-    it->second.step = step, it->second.step_t0 = now;
+  if (it == active_.end() || it->second.cell != cell) active_[slot] = Active{index, cell, step, now, now};
+  else it->second.step = step, it->second.step_t0 = now;
   if (tty_) {
     render_locked();
   } else {

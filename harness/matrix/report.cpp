@@ -116,7 +116,8 @@ Run load(const std::string& run_dir) {
   // plan order
   std::map<std::string, int> order;
   for (size_t i = 0; i < r.planned.size(); ++i) order[r.planned[i].str("id")] = int(i);
-  std::sort(r.cells.begin(), r.cells.end(), [&](const Cell& a, const Cell& b) { return order[a.rec.str("id")] < order[b.rec.str("id")]; });
+  std::sort(r.cells.begin(), r.cells.end(),
+            [&](const Cell& a, const Cell& b) { return order[a.rec.str("id")] < order[b.rec.str("id")]; });
   return r;
 }
 
@@ -166,15 +167,18 @@ Section header(const Run& r) {
       {"commit", sha.substr(0, 12) + dirty},
       {"machine", m.get("machine").str("host") + ", " + m.get("machine").str("cpu_model") + ", " +
                       std::to_string(m.get("machine").get("cores").as_int()) + " cores"},
-      {"toolchain", m.get("toolchain").str("cxx") + "; meson " + m.get("toolchain").str("meson") + "; " + m.get("toolchain").str("nvcc")},
-      {"bandwidth", fmt("%.1f GB/s", m.get("bandwidth").num("triad_gbs")) + " (" + m.get("bandwidth").str("method") + ")"},
+      {"toolchain", m.get("toolchain").str("cxx") + "; meson " + m.get("toolchain").str("meson") + "; " +
+                        m.get("toolchain").str("nvcc")},
+      {"bandwidth",
+       fmt("%.1f GB/s", m.get("bandwidth").num("triad_gbs")) + " (" + m.get("bandwidth").str("method") + ")"},
       {"created", m.str("created_utc") + ", updated " + m.str("updated_utc")},
-      {"GPU debt", std::to_string(r.debt.get("items").as_array().size()) + " item(s) skipped for lack of a device: owed, not passed"},
+      {"GPU debt", std::to_string(r.debt.get("items").as_array().size()) +
+                       " item(s) skipped for lack of a device: owed, not passed"},
   };
   Section s;
   s.md = "# opforge run `" + m.str("run") + "`\n\n| | |\n|---|---|\n";
-  s.html = "<h1>opforge run <code>" + escape(m.str("run")) + "</code> <span class=\"badge " + (status == "PASS" ? "pass" : "fail") +
-           "\">" + status + "</span></h1>\n<table class=\"facts\">\n";
+  s.html = "<h1>opforge run <code>" + escape(m.str("run")) + "</code> <span class=\"badge " +
+           (status == "PASS" ? "pass" : "fail") + "\">" + status + "</span></h1>\n<table class=\"facts\">\n";
   for (const auto& f : facts) {
     s.md += "| " + f[0] + " | " + f[1] + " |\n";
     s.html += "<tr><th>" + escape(f[0]) + "</th><td>" + escape(f[1]) + "</td></tr>\n";
@@ -222,7 +226,8 @@ Section matrix_grid(const Run& r) {
             secs = x.num("seconds");
             text = status == "pass" || status == "fail" ? status + " " + dur(secs) : status;
             if (status != "pass" && status != "skip" && status != "blocked" && x.has("detail"))
-              details += "- **" + p.str("name") + " / " + st + "**: " + status + " — " + x.str("detail") + " (`cells/" + p.str("id") + "/" + x.str("log") + "`)\n";
+              details += "- **" + p.str("name") + " / " + st + "**: " + status + " — " + x.str("detail") + " (`cells/" +
+                         p.str("id") + "/" + x.str("log") + "`)\n";
           }
       st_row.push_back(status);
       tx_row.push_back(status == "pass" || status == "fail" ? dur(secs) : status);
@@ -232,18 +237,25 @@ Section matrix_grid(const Run& r) {
     // a cell that passed with skipped-for-no-device work is shown as owing it, not as clean
     size_t owed = c ? c->rec.get("gpu_debt").as_array().size() : 0;
     st_row.push_back(cs == "pass" && owed ? "owed" : cs);
-    tx_row.push_back(c ? cs + (owed ? " +" + std::to_string(owed) + " owed" : " " + dur(c->rec.num("seconds"))) : "not run");
-    s.md += " " + (c ? cs + " " + dur(c->rec.num("seconds")) + (owed ? ", " + std::to_string(owed) + " owed" : "") : "not run") + " |\n";
+    tx_row.push_back(c ? cs + (owed ? " +" + std::to_string(owed) + " owed" : " " + dur(c->rec.num("seconds")))
+                       : "not run");
+    s.md +=
+        " " +
+        (c ? cs + " " + dur(c->rec.num("seconds")) + (owed ? ", " + std::to_string(owed) + " owed" : "") : "not run") +
+        " |\n";
     g.status.push_back(st_row);
     g.text.push_back(tx_row);
   }
   if (!details.empty()) s.md += "\nProblems:\n\n" + details;
   s.md += "\n";
   s.html = "<h2 id=\"matrix\">Matrix: cell &times; step</h2>\n" + svg::grid(g) +
-           "<p class=\"legend\"><span style=\"background:" + svg::status_color("pass") + "\">pass</span> <span style=\"background:" +
-           svg::status_color("fail") + "\">fail</span> <span style=\"background:" + svg::status_color("skip") +
+           "<p class=\"legend\"><span style=\"background:" + svg::status_color("pass") +
+           "\">pass</span> <span style=\"background:" + svg::status_color("fail") +
+           "\">fail</span> <span style=\"background:" + svg::status_color("skip") +
            "\">skip (not applicable)</span> <span style=\"background:" + svg::status_color("blocked") +
-           "\">blocked by an earlier step</span> <span style=\"background:" + svg::status_color("timeout") + "\">timeout</span> <span style=\"background:" + svg::status_color("owed") + "\">passed, but owes GPU work</span></p>\n";
+           "\">blocked by an earlier step</span> <span style=\"background:" + svg::status_color("timeout") +
+           "\">timeout</span> <span style=\"background:" + svg::status_color("owed") +
+           "\">passed, but owes GPU work</span></p>\n";
   if (!details.empty()) {
     s.html += "<h3>Problems</h3><ul>";
     // reuse the markdown bullet text
@@ -267,8 +279,8 @@ Section matrix_grid(const Run& r) {
       lit.erase(std::remove(lit.begin(), lit.end(), '\''), lit.end());
       opts += (opts.empty() ? "" : " ") + k + "=" + lit;
     }
-    s.html += "<tr><td>" + escape(p.str("name")) + "</td><td><code>" + escape(p.str("id")) + "</code></td><td>" + escape(p.str("origin")) +
-              "</td><td><code>" + escape(opts) + "</code></td></tr>\n";
+    s.html += "<tr><td>" + escape(p.str("name")) + "</td><td><code>" + escape(p.str("id")) + "</code></td><td>" +
+              escape(p.str("origin")) + "</td><td><code>" + escape(opts) + "</code></td></tr>\n";
   }
   s.html += "</table>\n";
   return s;
@@ -283,8 +295,9 @@ Section tests(const Run& r) {
     if (!t.is_object()) continue;
     auto n = [&](const char* k) { return std::to_string(t.get(k).as_int()); };
     s.md += "| " + c.rec.str("name") + " | " + n("passed") + " | " + n("failed") + " | " + n("skipped") + " |\n";
-    s.html += "<tr><td>" + escape(c.rec.str("name")) + "</td><td class=\"num\">" + n("passed") + "</td><td class=\"num" +
-              (t.get("failed").as_int() ? " bad" : "") + "\">" + n("failed") + "</td><td class=\"num\">" + n("skipped") + "</td></tr>\n";
+    s.html += "<tr><td>" + escape(c.rec.str("name")) + "</td><td class=\"num\">" + n("passed") +
+              "</td><td class=\"num" + (t.get("failed").as_int() ? " bad" : "") + "\">" + n("failed") +
+              "</td><td class=\"num\">" + n("skipped") + "</td></tr>\n";
   }
   s.md += "\n";
   s.html += "</table>\n";
@@ -293,7 +306,8 @@ Section tests(const Run& r) {
   for (const auto& c : r.cells)
     for (const auto& k : c.inventory.get("checks").as_array())
       if (k.str("status") == "fail") {
-        std::string line = c.rec.str("name") + ": " + k.str("what") + " " + k.str("op") + (k.str("backend").empty() ? "" : "/" + k.str("backend")) + " — " + k.str("detail");
+        std::string line = c.rec.str("name") + ": " + k.str("what") + " " + k.str("op") +
+                           (k.str("backend").empty() ? "" : "/" + k.str("backend")) + " — " + k.str("detail");
         inv_md += "- " + line + "\n";
         inv_html += "<li>" + escape(line) + "</li>";
       }
@@ -303,7 +317,8 @@ Section tests(const Run& r) {
   for (const auto& c : r.cells) checks += int(c.inventory.get("checks").as_array().size());
   if (inv_md.empty()) {
     s.md += std::to_string(checks) + " checks, no mismatch.\n\n";
-    s.html += "<p>" + std::to_string(checks) + " checks (modules prebuilt / absent, JIT cache entries, listings, loads), no mismatch.</p>\n";
+    s.html += "<p>" + std::to_string(checks) +
+              " checks (modules prebuilt / absent, JIT cache entries, listings, loads), no mismatch.</p>\n";
   } else {
     s.md += inv_md + "\n";
     s.html += "<ul class=\"bad\">" + inv_html + "</ul>\n";
@@ -333,7 +348,8 @@ Section performance(const Run& r) {
     for (const std::string& t : thread_counts) {
       std::string src;
       probe[t] = probe_gbs(c, r, t, src);
-      refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") + fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
+      refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") +
+              fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
     }
     s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + refs + "\n\n";
     s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference: " + escape(refs) +
@@ -362,7 +378,9 @@ Section performance(const Run& r) {
       chart.reference = chart_ref;
       chart.reference_label = fmt("probe %.1f GB/s", chart_ref);
       s.md += "#### " + op + "\n\n";
-      s.md += "| op case | threads | impl | median time | GB/s | % of probe | vs ours |\n|---|---:|---|---:|---:|---:|---:|\n";
+      s.md +=
+          "| op case | threads | impl | median time | GB/s | % of probe | vs ours "
+          "|\n|---|---:|---|---:|---:|---:|---:|\n";
       std::map<std::string, double> ours;  // case -> GB/s of our first backend
       auto case_key = [](const BenchName& n) { return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads; };
       for (const auto& [n, b] : rows)
@@ -372,12 +390,13 @@ Section performance(const Run& r) {
         double med = stats::median(b->ns);
         const double pr = probe[n.threads];
         const std::string tlabel = n.threads.empty() ? "" : " · " + n.threads + "T";
-        std::string label = n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
+        std::string label =
+            n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
         double base = ours[case_key(n)];
         std::string vs = base > 0 ? fmt("%.2fx", gbs / base) : "—";
         s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.threads.empty() ? "—" : n.threads) + " | " +
-                (n.kind == "peer" ? "peer " : "") + n.impl + " | " + fmt("%.4g us", med / 1e3) + " | " + fmt("%.2f", gbs) + " | " +
-                (pr > 0 ? fmt("%.0f %%", 100 * gbs / pr) : "—") + " | " + vs + " |\n";
+                (n.kind == "peer" ? "peer " : "") + n.impl + " | " + fmt("%.4g us", med / 1e3) + " | " +
+                fmt("%.2f", gbs) + " | " + (pr > 0 ? fmt("%.0f %%", 100 * gbs / pr) : "—") + " | " + vs + " |\n";
         chart.bars.push_back({label, gbs, n.kind == "peer" ? "#f28e2b" : "#4e79a7",
                               fmt("%.2f GB/s", gbs) + (pr > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / pr) : "")});
       }
@@ -393,7 +412,8 @@ Section performance(const Run& r) {
   // shapes), so they get their own short table rather than a column above.
   for (const auto& c : r.cells) {
     if (c.instr.empty()) continue;
-    s.md += "### Instruction counts, cell `" + c.rec.str("name") + "` (callgrind, per kernel call)\n\n| case | instructions |\n|---|---:|\n";
+    s.md += "### Instruction counts, cell `" + c.rec.str("name") +
+            "` (callgrind, per kernel call)\n\n| case | instructions |\n|---|---:|\n";
     s.html += "<h3>Instruction counts, cell <code>" + escape(c.rec.str("name")) +
               "</code></h3><p>callgrind, per kernel call, on the op's first correctness shape.</p>\n"
               "<table><tr><th>case</th><th>instructions</th></tr>\n";
@@ -409,8 +429,10 @@ Section performance(const Run& r) {
 
 Section jit(const Run& r) {
   Section s;
-  s.md = "## Module loads (cold, warm)\n\nCold: first load in a fresh cache (prebuilt module, or JIT compile). Warm: second load after the loader forgot it (JIT: cache hit).\n\n"
-         "| cell | op/backend | status | cold path | cold | warm path | warm |\n|---|---|---|---|---:|---|---:|\n";
+  s.md =
+      "## Module loads (cold, warm)\n\nCold: first load in a fresh cache (prebuilt module, or JIT compile). Warm: "
+      "second load after the loader forgot it (JIT: cache hit).\n\n"
+      "| cell | op/backend | status | cold path | cold | warm path | warm |\n|---|---|---|---|---:|---|---:|\n";
   s.html = "<h2 id=\"loads\">Module loads: JIT cold vs warm</h2>\n";
   svg::BarChart chart;
   chart.title = "load time per op x backend (log scale)";
@@ -420,17 +442,19 @@ Section jit(const Run& r) {
     for (const auto& l : c.probe.get("loads").as_array()) {
       std::string key = l.str("op") + "/" + l.str("backend");
       if (l.str("status") != "loaded") {
-        s.md += "| " + c.rec.str("name") + " | " + key + " | " + l.str("status") + " | " + l.str("reason") + " | | | |\n";
+        s.md +=
+            "| " + c.rec.str("name") + " | " + key + " | " + l.str("status") + " | " + l.str("reason") + " | | | |\n";
         continue;
       }
       const auto& cold = l.get("cold");
       const auto& warm = l.get("warm");
-      s.md += "| " + c.rec.str("name") + " | " + key + " | loaded | " + cold.str("source") + " | " + fmt("%.4g s", cold.num("seconds")) +
-              " | " + warm.str("source") + " | " + fmt("%.3g ms", warm.num("seconds") * 1e3) + " |\n";
-      chart.bars.push_back({c.rec.str("name") + " · " + key + " · cold (" + cold.str("source") + ")", cold.num("seconds"), "#e15759",
-                            fmt("%.4g s", cold.num("seconds"))});
-      chart.bars.push_back({c.rec.str("name") + " · " + key + " · warm (" + warm.str("source") + ")", warm.num("seconds"), "#59a14f",
-                            fmt("%.3g ms", warm.num("seconds") * 1e3)});
+      s.md += "| " + c.rec.str("name") + " | " + key + " | loaded | " + cold.str("source") + " | " +
+              fmt("%.4g s", cold.num("seconds")) + " | " + warm.str("source") + " | " +
+              fmt("%.3g ms", warm.num("seconds") * 1e3) + " |\n";
+      chart.bars.push_back({c.rec.str("name") + " · " + key + " · cold (" + cold.str("source") + ")",
+                            cold.num("seconds"), "#e15759", fmt("%.4g s", cold.num("seconds"))});
+      chart.bars.push_back({c.rec.str("name") + " · " + key + " · warm (" + warm.str("source") + ")",
+                            warm.num("seconds"), "#59a14f", fmt("%.3g ms", warm.num("seconds") * 1e3)});
     }
   s.md += "\n";
   s.html += chart.bars.empty() ? "<p>No load probe in this run.</p>\n" : svg::bar_chart(chart);
@@ -447,14 +471,18 @@ Section chakra(const Run& r) {
   std::string rows;
   for (const auto& c : r.cells)
     for (const auto& t : c.chakra) {
-      rows += "| " + c.rec.str("name") + " | " + t.trace + " | " + t.status + " | " + (t.seconds > 0 ? fmt("%.3f s", t.seconds) : "—") + " |\n";
-      chart.bars.push_back({t.trace, t.seconds, t.status == "pass" ? "#59a14f" : "#e15759", t.status + (t.seconds > 0 ? fmt(", %.3f s", t.seconds) : "")});
+      rows += "| " + c.rec.str("name") + " | " + t.trace + " | " + t.status + " | " +
+              (t.seconds > 0 ? fmt("%.3f s", t.seconds) : "—") + " |\n";
+      chart.bars.push_back({t.trace, t.seconds, t.status == "pass" ? "#59a14f" : "#e15759",
+                            t.status + (t.seconds > 0 ? fmt(", %.3f s", t.seconds) : "")});
     }
   if (rows.empty()) {
     std::string why = "No Chakra regression results in this run";
     for (const auto& c : r.cells)
       for (const auto& st : c.rec.get("steps").as_array())
-        if (st.str("name") == "chakra") why += "; " + c.rec.str("name") + ": " + st.str("status") + (st.has("detail") ? " (" + st.str("detail") + ")" : "");
+        if (st.str("name") == "chakra")
+          why += "; " + c.rec.str("name") + ": " + st.str("status") +
+                 (st.has("detail") ? " (" + st.str("detail") + ")" : "");
     s.md += why + ".\n\n";
     s.html += "<p>" + escape(why) + ".</p>\n";
     return s;
@@ -477,10 +505,13 @@ Section chakra(const Run& r) {
       g.text.push_back({t.status});
     }
     for (const auto& st : c.rec.get("steps").as_array())
-      if (st.str("name") == "chakra" && st.str("status") != "skip" && st.str("status") != "blocked") total += (total.empty() ? "" : "; ") + c.rec.str("name") + ": " + fmt("%.1f s", st.num("seconds"));
+      if (st.str("name") == "chakra" && st.str("status") != "skip" && st.str("status") != "blocked")
+        total += (total.empty() ? "" : "; ") + c.rec.str("name") + ": " + fmt("%.1f s", st.num("seconds"));
   }
-  s.html += "<p>The regression tool reports no per-trace conversion times; the whole suite (convert, jsonize, compare every trace) took " +
-            escape(total) + ".</p>\n" + svg::grid(g);
+  s.html +=
+      "<p>The regression tool reports no per-trace conversion times; the whole suite (convert, jsonize, compare every "
+      "trace) took " +
+      escape(total) + ".</p>\n" + svg::grid(g);
   s.md += "No per-trace conversion times reported; whole suite: " + total + ".\n\n";
   return s;
 }
@@ -488,9 +519,12 @@ Section chakra(const Run& r) {
 Section debt(const Run& r) {
   Section s;
   const auto& items = r.debt.get("items").as_array();
-  s.md = "## GPU debt\n\nSkipped for lack of a device: owed, never passed. " + std::to_string(items.size()) + " item(s).\n\n";
-  s.html = "<h2 id=\"gpu-debt\">GPU debt <span class=\"badge owed\">" + std::to_string(items.size()) + " owed</span></h2>\n"
-           "<p>Everything skipped for lack of a device. It is owed, never counted as passed; run these cells on a machine with the device to pay it.</p>\n";
+  s.md = "## GPU debt\n\nSkipped for lack of a device: owed, never passed. " + std::to_string(items.size()) +
+         " item(s).\n\n";
+  s.html = "<h2 id=\"gpu-debt\">GPU debt <span class=\"badge owed\">" + std::to_string(items.size()) +
+           " owed</span></h2>\n"
+           "<p>Everything skipped for lack of a device. It is owed, never counted as passed; run these cells on a "
+           "machine with the device to pay it.</p>\n";
   if (items.empty()) return s;
   // grouped: cell x reason -> count, with the test names
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> groups;
@@ -502,12 +536,13 @@ Section debt(const Run& r) {
     std::string first;
     for (size_t i = 0; i < tests.size() && i < 4; ++i) first += (i ? ", " : "") + tests[i];
     if (tests.size() > 4) first += ", ...";
-    s.md += "| " + k.first + " | " + k.second + " | " + std::to_string(tests.size()) + " | " + first + " | " + commit + " |\n";
+    s.md += "| " + k.first + " | " + k.second + " | " + std::to_string(tests.size()) + " | " + first + " | " + commit +
+            " |\n";
     std::string all;
     for (const auto& t : tests) all += escape(t) + "<br>";
-    s.html += "<tr><td>" + escape(k.first) + "</td><td>" + escape(k.second) + "</td><td class=\"num\">" + std::to_string(tests.size()) +
-              "</td><td><details><summary>" + escape(first) + "</summary>" + all + "</details></td><td><code>" + escape(commit) +
-              "</code></td></tr>\n";
+    s.html += "<tr><td>" + escape(k.first) + "</td><td>" + escape(k.second) + "</td><td class=\"num\">" +
+              std::to_string(tests.size()) + "</td><td><details><summary>" + escape(first) + "</summary>" + all +
+              "</details></td><td><code>" + escape(commit) + "</code></td></tr>\n";
   }
   s.md += "\n";
   s.html += "</table>\n";
@@ -537,14 +572,14 @@ ReportFiles render_report(const std::string& run_dir) {
   auto r = load(run_dir);
   std::vector<Section> parts{header(r), matrix_grid(r), tests(r), performance(r), jit(r), chakra(r), debt(r)};
   ReportFiles out;
-  out.html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>opforge run " + escape(r.manifest.str("run")) +
-             "</title>\n<style>" + kCss + "</style></head><body>\n";
+  out.html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>opforge run " +
+             escape(r.manifest.str("run")) + "</title>\n<style>" + kCss + "</style></head><body>\n";
   for (const auto& p : parts) {
     out.markdown += p.md;
     out.html += p.html;
   }
-  out.html += "<p style=\"color:#888;font-size:12px\">Generated by <code>opforge report</code> from " + escape(run_dir) +
-              " (schemas: results/README.md).</p>\n</body></html>\n";
+  out.html += "<p style=\"color:#888;font-size:12px\">Generated by <code>opforge report</code> from " +
+              escape(run_dir) + " (schemas: results/README.md).</p>\n</body></html>\n";
   return out;
 }
 

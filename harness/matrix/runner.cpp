@@ -53,8 +53,8 @@ struct CellRun {
   int build_jobs = 1;
   std::string dir, build, logs;
   std::vector<StepRecord> steps;
-  bool blocked = false;     // setup or compile failed: later steps cannot run
-  json::Value record;       // extra fields for cell.json
+  bool blocked = false;  // setup or compile failed: later steps cannot run
+  json::Value record;    // extra fields for cell.json
 
   double timeout(const std::string& step) const {
     if (opt.step_timeout > 0) return opt.step_timeout;
@@ -108,8 +108,8 @@ void step_setup(CellRun& c) {
   std::error_code ec;
   fs::remove_all(c.build, ec);  // a resumed cell starts clean
   files::write_atomic(c.dir + "/native.ini", native_file(c.cell, c.ps.catalog));
-  if (!c.exec(s, {"meson", "setup", "--native-file", c.dir + "/native.ini", c.build, c.ps.source_dir}, {}, c.ps.source_dir,
-              c.timeout("setup")))
+  if (!c.exec(s, {"meson", "setup", "--native-file", c.dir + "/native.ini", c.build, c.ps.source_dir}, {},
+              c.ps.source_dir, c.timeout("setup")))
     c.blocked = true;
 }
 
@@ -124,11 +124,13 @@ void step_test(CellRun& c) {
   if (c.blocked) return c.skip("test", "build failed");
   json::Value tests;
   std::string text;
-  if (proc::capture({"meson", "introspect", c.build, "--tests"}, text, "", 120)) tests = json::parse(text, "meson introspect --tests");
+  if (proc::capture({"meson", "introspect", c.build, "--tests"}, text, "", 120))
+    tests = json::parse(text, "meson introspect --tests");
   if (tests.as_array().empty()) {
     auto opt = c.cell.options.find("tests");
-    return c.skip("test", opt != c.cell.options.end() && opt->second == "'disabled'" ? "tests disabled in this cell (tests = \"disabled\")"
-                                                                                     : "no tests in this build");
+    return c.skip("test", opt != c.cell.options.end() && opt->second == "'disabled'"
+                              ? "tests disabled in this cell (tests = \"disabled\")"
+                              : "no tests in this build");
   }
   auto& s = c.begin("test");
   files::make_dirs(c.dir + "/gtest");
@@ -169,7 +171,8 @@ void step_test(CellRun& c) {
     s.detail = std::to_string(fail) + " failed";
   }
   if (s.detail.empty())
-    s.detail = std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " + std::to_string(skipped) + " skipped";
+    s.detail =
+        std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " + std::to_string(skipped) + " skipped";
 }
 
 void step_inventory(CellRun& c) {
@@ -200,7 +203,8 @@ void step_inventory(CellRun& c) {
   }
   s.status = fails ? "fail" : "pass";
   s.detail = fails ? std::to_string(fails) + " mismatches, first: " + first
-                   : std::to_string(inv.checks.size() - size_t(owed)) + " checks passed" + (owed ? ", " + std::to_string(owed) + " owed" : "");
+                   : std::to_string(inv.checks.size() - size_t(owed)) + " checks passed" +
+                         (owed ? ", " + std::to_string(owed) + " owed" : "");
   if (inv.probe.is_object()) c.record.set("probe", "probe.json");
 }
 
@@ -209,7 +213,8 @@ void step_bench(CellRun& c) {
   if (c.blocked) return c.skip("bench", "build failed");
   json::Value list;
   std::string text;
-  if (proc::capture({"meson", "introspect", c.build, "--benchmarks"}, text, "", 120)) list = json::parse(text, "meson introspect --benchmarks");
+  if (proc::capture({"meson", "introspect", c.build, "--benchmarks"}, text, "", 120))
+    list = json::parse(text, "meson introspect --benchmarks");
   if (list.as_array().empty()) return c.skip("bench", "no benchmarks in this build");
   auto& s = c.begin("bench");
   auto t0 = std::chrono::steady_clock::now();
@@ -259,10 +264,11 @@ void step_callgrind(CellRun& c) {
   std::error_code ec;
   fs::remove_all(tmp, ec);  // a resumed cell's half-written profiles
   files::make_dirs(tmp);
-  bool ok = c.exec(s,
-                   {"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out",
-                    driver, "--calls=" + std::to_string(kCallgrindCalls)},
-                   {{"OPFORGE_CACHE_DIR", c.build + "/jit-cache"}}, c.build, c.timeout("callgrind"));
+  bool ok =
+      c.exec(s,
+             {"valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=" + tmp + "/callgrind.out",
+              driver, "--calls=" + std::to_string(kCallgrindCalls)},
+             {{"OPFORGE_CACHE_DIR", c.build + "/jit-cache"}}, c.build, c.timeout("callgrind"));
   if (!ok && s.status == "crash") {  // not a kernel failure where valgrind cannot run here: a skip
     std::string log;
     files::read_if_exists(c.dir + "/" + s.log, log);
@@ -351,7 +357,8 @@ void step_chakra(CellRun& c) {
     std::string text;
     files::read_if_exists(c.dir + "/" + s.log, text);
     size_t at = text.rfind("\nFAIL: ");
-    if (at != std::string::npos) s.detail = text.substr(at + 7, text.find('\n', at + 1) - at - 7) + " (" + s.detail + ")";
+    if (at != std::string::npos)
+      s.detail = text.substr(at + 7, text.find('\n', at + 1) - at - 7) + " (" + s.detail + ")";
     return;
   }
   // An exit status of 0 is not enough: a step that converted nothing did no work, and the report
@@ -428,8 +435,11 @@ std::string run_cell(CellRun& c) {
   files::write_atomic(c.dir + "/cell.json", json::dump(cell));
   if (!c.opt.keep_builds && !interrupted) fs::remove_all(c.build, ec);
 
-  std::string line = std::string(status == "pass" ? "PASS" : status == "fail" ? "FAIL" : "STOP") + "  cell " +
-                     std::to_string(c.index) + " " + c.cell.name + " (" + c.cell.id + ") " + format_duration(secs) + ":";
+  std::string line = std::string(status == "pass"   ? "PASS"
+                                 : status == "fail" ? "FAIL"
+                                                    : "STOP") +
+                     "  cell " + std::to_string(c.index) + " " + c.cell.name + " (" + c.cell.id + ") " +
+                     format_duration(secs) + ":";
   for (const auto& s : c.steps) line += " " + s.name + "=" + s.status + "(" + format_duration(s.seconds) + ")";
   for (const auto& s : c.steps)  // the first failure's own words, so the console line says why
     if (s.status != "pass" && s.status != "skip" && s.status != "blocked" && s.status != "interrupted") {
@@ -532,7 +542,8 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   files::write_atomic(run_dir + "/run.json", json::dump(manifest));
 
   // ---- cells
-  struct sigaction sa {}, old_int{}, old_term{};
+  struct sigaction sa {
+  }, old_int{}, old_term{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   g_stop = false;
@@ -611,7 +622,9 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   s.set("failed", failed);
   s.set("gpu_debt", int64_t(items.as_array().size()));
   manifest.set("summary", s);
-  manifest.set("status", sum.interrupted ? "interrupted" : passed + failed == int(ps.plan.cells.size()) ? "finished" : "partial");
+  manifest.set("status", sum.interrupted                                ? "interrupted"
+                         : passed + failed == int(ps.plan.cells.size()) ? "finished"
+                                                                        : "partial");
   manifest.set("updated_utc", utc_iso());
   files::write_atomic(run_dir + "/run.json", json::dump(manifest));
   return sum;

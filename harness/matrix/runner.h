@@ -14,13 +14,13 @@
 namespace opf::matrix {
 
 struct RunOptions {
-  std::string run_dir;              // "" = <source>/results/runs/<utc-stamp>-<host>
-  bool resume = false;              // run_dir exists: continue it with its own plan.json
-  int jobs = 1;                     // cells at a time
-  int bench = -1;                   // -1: plan's [run] bench; 0/1: override
-  double step_timeout = 0;          // > 0 overrides every step's timeout
-  std::vector<std::string> cells;   // ids or names; empty = all
-  bool keep_builds = false;         // keep cells/<id>/build after the cell is recorded
+  std::string run_dir;             // "" = <source>/results/runs/<utc-stamp>-<host>
+  bool resume = false;             // run_dir exists: continue it with its own plan.json
+  int jobs = 1;                    // cells at a time
+  int bench = -1;                  // -1: plan's [run] bench; 0/1: override
+  double step_timeout = 0;         // > 0 overrides every step's timeout
+  std::vector<std::string> cells;  // ids or names; empty = all
+  bool keep_builds = false;        // keep cells/<id>/build after the cell is recorded
   bool measure_bandwidth = true;
 };
 

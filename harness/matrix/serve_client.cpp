@@ -79,7 +79,9 @@ std::string ServeClient::receive(double timeout_s) {
       return line;
     }
     const double left = std::chrono::duration<double>(deadline - clock::now()).count();
-    if (left <= 0) throw Error(label_ + ": no reply from the benchmark server within " + std::to_string(int(timeout_s)) + " s (see " + log_ + ")");
+    if (left <= 0)
+      throw Error(label_ + ": no reply from the benchmark server within " + std::to_string(int(timeout_s)) +
+                  " s (see " + log_ + ")");
     pollfd p{from_, POLLIN, 0};
     const int r = poll(&p, 1, int(left * 1000) + 1);
     if (r < 0 && errno == EINTR) continue;

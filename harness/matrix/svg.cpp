@@ -97,13 +97,15 @@ std::string bar_chart(const BarChart& c) {
                   "<text x=\"%.1f\" y=\"%d\" fill=\"#333\">%s</text>\n",
                   label_w - 6, y + 15, escape(b.label).c_str(), x1, y + 3, std::max(1.0, x2 - x1), row_h - 6,
                   b.color.empty() ? "#4e79a7" : b.color.c_str(), escape(b.label).c_str(), num(b.value).c_str(),
-                  escape(c.unit).c_str(), x2 + 4, y + 15, escape(b.annotation.empty() ? num(b.value) : b.annotation).c_str());
+                  escape(c.unit).c_str(), x2 + 4, y + 15,
+                  escape(b.annotation.empty() ? num(b.value) : b.annotation).c_str());
     s += buf;
   }
   if (c.reference > 0) {
     double x = x_of(c.reference);
     std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d43c3c\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>"
+                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d43c3c\" stroke-width=\"1.5\" "
+                  "stroke-dasharray=\"5,3\"/>"
                   "<text x=\"%.1f\" y=\"%d\" fill=\"#d43c3c\" text-anchor=\"middle\">%s</text>\n",
                   x, top - 2, x, axis_y, x, top - 6 > 12 ? top - 6 : 12, escape(c.reference_label).c_str());
     s += buf;
@@ -136,11 +138,12 @@ std::string grid(const Grid& g) {
       std::string st = r < g.status.size() && c < g.status[r].size() ? g.status[r][c] : "";
       std::string tx = r < g.text.size() && c < g.text[r].size() ? g.text[r][c] : st;
       int x = label_w + int(c) * col_w;
-      std::snprintf(buf, sizeof buf,
-                    "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"%s\"><title>%s / %s: %s</title></rect>"
-                    "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#fff\">%s</text>\n",
-                    x + 2, y + 2, col_w - 4, row_h - 4, status_color(st).c_str(), escape(g.rows[r]).c_str(),
-                    escape(g.cols[c]).c_str(), escape(st).c_str(), x + col_w / 2, y + 17, escape(tx).c_str());
+      std::snprintf(
+          buf, sizeof buf,
+          "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"%s\"><title>%s / %s: %s</title></rect>"
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#fff\">%s</text>\n",
+          x + 2, y + 2, col_w - 4, row_h - 4, status_color(st).c_str(), escape(g.rows[r]).c_str(),
+          escape(g.cols[c]).c_str(), escape(st).c_str(), x + col_w / 2, y + 17, escape(tx).c_str());
       s += buf;
     }
   }

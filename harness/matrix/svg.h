@@ -20,7 +20,7 @@ struct BarChart {
   std::string title, unit;
   std::vector<Bar> bars;
   bool log_scale = false;
-  double reference = 0;            // > 0: vertical dashed line at this value
+  double reference = 0;  // > 0: vertical dashed line at this value
   std::string reference_label;
   int width = 1100;
 };

@@ -83,10 +83,12 @@ void walk(xmlNode* n, std::vector<CaseResult>& out) {
 }  // namespace
 
 std::vector<CaseResult> read_junit(const std::string& path) {
-  xmlDoc* doc = xmlReadFile(path.c_str(), nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
+  xmlDoc* doc =
+      xmlReadFile(path.c_str(), nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
   if (!doc) {
     const xmlError* e = xmlGetLastError();
-    throw Error(path + ":" + std::to_string(e ? e->line : 0) + ": invalid XML" + (e && e->message ? std::string(" (") + first_line(e->message) + ")" : ""));
+    throw Error(path + ":" + std::to_string(e ? e->line : 0) + ": invalid XML" +
+                (e && e->message ? std::string(" (") + first_line(e->message) + ")" : ""));
   }
   std::vector<CaseResult> out;
   walk(xmlDocGetRootElement(doc), out);
@@ -111,7 +113,8 @@ std::vector<CaseResult> read_gtest_json(const std::string& path) {
       }
       if (c.result == "skip") {
         const auto& s = t.get("skipped");
-        c.message = first_line(s.is_array() && !s.as_array().empty() ? s.as_array().front().str("message") : s.str("message"));
+        c.message =
+            first_line(s.is_array() && !s.as_array().empty() ? s.as_array().front().str("message") : s.str("message"));
         // GoogleTest 1.12's JSON drops the GTEST_SKIP() message; the test log has it
         if (c.message.empty()) c.message = "skipped (GoogleTest JSON has no skip message; see logs/test.log)";
       }
@@ -129,7 +132,8 @@ std::vector<CaseResult> read_meson_testlog(const std::string& path) {
     c.key = e.str("name");
     std::string r = e.str("result");
     c.result = (r == "OK" || r == "EXPECTEDFAIL") ? "pass" : r == "SKIP" ? "skip" : "fail";
-    if (c.result == "fail") c.message = "meson test result " + r + ", exit " + std::to_string(e.get("returncode").as_int());
+    if (c.result == "fail")
+      c.message = "meson test result " + r + ", exit " + std::to_string(e.get("returncode").as_int());
     c.seconds = e.num("duration");
     out.push_back(std::move(c));
   }

@@ -19,9 +19,9 @@ struct CaseResult {
   double seconds = 0;
 };
 
-std::vector<CaseResult> read_junit(const std::string& path);        // throws opf::Error on bad XML
+std::vector<CaseResult> read_junit(const std::string& path);  // throws opf::Error on bad XML
 std::vector<CaseResult> read_gtest_json(const std::string& path);
-std::vector<CaseResult> read_meson_testlog(const std::string& path); // testlog.json (JSON lines)
+std::vector<CaseResult> read_meson_testlog(const std::string& path);  // testlog.json (JSON lines)
 
 // Merged view of a cell's result directory: JUnit first (most detailed), then GoogleTest JSON,
 // then Meson test entries that no per-case source explains.

@@ -31,7 +31,8 @@ inline std::string one_line(std::string_view text) {
 
 [[noreturn]] inline void throw_toml_error(const std::string& path, const toml::parse_error& e) {
   const auto& at = e.source().begin;
-  throw Error(path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": " + one_line(e.description()));
+  throw Error(path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": " +
+              one_line(e.description()));
 }
 
 }  // namespace opf::matrix

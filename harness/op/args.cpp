@@ -29,13 +29,15 @@ struct Spec {
 };
 
 // --in specs grouped per manifest argument, files not read yet.
-std::vector<std::vector<Spec>> group_specs(const OpInfo& op, const EntryInfo& entry, const std::vector<std::string>& specs) {
+std::vector<std::vector<Spec>> group_specs(const OpInfo& op, const EntryInfo& entry,
+                                           const std::vector<std::string>& specs) {
   std::vector<std::vector<Spec>> by_arg(entry.args.size());
   for (const std::string& s : specs) {
     const auto [name, file] = split_assignment(s, "--in");
     const ArgInfo* a = entry.find(name);
     if (!a)
-      throw Error("unknown argument '" + name + "' for " + op.name + " " + entry.name + " (arguments: " + arg_names(entry) + ")");
+      throw Error("unknown argument '" + name + "' for " + op.name + " " + entry.name +
+                  " (arguments: " + arg_names(entry) + ")");
     if (file.empty()) throw Error("argument '" + name + "': --in " + name + "= names no file");
     auto& slot = by_arg[size_t(a - entry.args.data())];
     if (!a->list && !slot.empty()) throw Error("argument '" + name + "' is given twice (it is one tensor, not a list)");
@@ -44,7 +46,8 @@ std::vector<std::vector<Spec>> group_specs(const OpInfo& op, const EntryInfo& en
   for (size_t i = 0; i < entry.args.size(); ++i) {
     const ArgInfo& a = entry.args[i];
     if (!a.list && a.role != Role::out && by_arg[i].empty())
-      throw Error("argument '" + a.name + "' (" + std::string(role_name(a.role)) + ") is missing: give it with --in " + a.name + "=FILE");
+      throw Error("argument '" + a.name + "' (" + std::string(role_name(a.role)) + ") is missing: give it with --in " +
+                  a.name + "=FILE");
   }
   return by_arg;
 }
@@ -52,7 +55,9 @@ std::vector<std::vector<Spec>> group_specs(const OpInfo& op, const EntryInfo& en
 DType choose_storage(const OpInfo& op, const EntryInfo& entry, const std::vector<std::vector<Spec>>& by_arg,
                      std::optional<DType> requested) {
   const std::string runs = op.name + " runs " + join(op.dtypes);
-  auto supported = [&](DType d) { return std::find(op.dtypes.begin(), op.dtypes.end(), dtype_name(d)) != op.dtypes.end(); };
+  auto supported = [&](DType d) {
+    return std::find(op.dtypes.begin(), op.dtypes.end(), dtype_name(d)) != op.dtypes.end();
+  };
   if (requested) {
     if (!supported(*requested)) throw Error("--dtype " + std::string(dtype_name(*requested)) + ": " + runs);
     return *requested;
@@ -80,7 +85,8 @@ std::vector<std::byte> convert(const ArgInfo& a, DType want, Spec& s) {
   if (f.dtype == want && want != DType::bf16) return std::move(s.array.data);
   if (want == DType::bf16 && f.dtype == DType::f32) {
     std::vector<std::byte> out(size_t(f.numel()) * 2);
-    for (int64_t i = 0; i < f.numel(); ++i) store_element(DType::bf16, out.data(), i, load_element(DType::f32, f.data.data(), i));
+    for (int64_t i = 0; i < f.numel(); ++i)
+      store_element(DType::bf16, out.data(), i, load_element(DType::f32, f.data.data(), i));
     return out;
   }
   throw Error("argument '" + a.name + "': " + s.file + ": field 'descr' is '" + npy::descr(f) + "' (" +
@@ -101,8 +107,8 @@ HostCall load_call(const OpInfo& op, const EntryInfo& entry, const std::vector<s
         throw Error("argument '" + entry.args[i].name + "': " + e.what());
       }
       if (s.array.shape.size() > OPF_MAX_DIMS)
-        throw Error("argument '" + entry.args[i].name + "': " + s.file + " has " + std::to_string(s.array.shape.size()) +
-                    " dims (at most " + std::to_string(OPF_MAX_DIMS) + ")");
+        throw Error("argument '" + entry.args[i].name + "': " + s.file + " has " +
+                    std::to_string(s.array.shape.size()) + " dims (at most " + std::to_string(OPF_MAX_DIMS) + ")");
     }
 
   HostCall call;
@@ -151,7 +157,8 @@ npy::Array to_npy(const HostArg& arg, const HostTensor& t) {
   a.dtype = DType::f32;
   const int64_t n = a.numel();
   a.data.resize(size_t(n) * 4);
-  for (int64_t i = 0; i < n; ++i) store_element(DType::f32, a.data.data(), i, load_element(DType::bf16, t.bytes.data(), i));
+  for (int64_t i = 0; i < n; ++i)
+    store_element(DType::f32, a.data.data(), i, load_element(DType::bf16, t.bytes.data(), i));
   return a;
 }
 

@@ -17,9 +17,9 @@
 namespace opf::cli {
 
 struct HostTensor {
-  std::string file;               // the .npy it came from; "" for an inferred output
+  std::string file;  // the .npy it came from; "" for an inferred output
   Shape shape;
-  std::vector<std::byte> bytes;   // numel * dtype_size(HostArg::dtype), C order
+  std::vector<std::byte> bytes;  // numel * dtype_size(HostArg::dtype), C order
 };
 
 struct HostArg {
@@ -30,8 +30,8 @@ struct HostArg {
 };
 
 struct HostCall {
-  DType storage = DType::f32;     // T
-  std::vector<HostArg> args;      // manifest order
+  DType storage = DType::f32;  // T
+  std::vector<HostArg> args;   // manifest order
 };
 
 // dtype: --dtype, or nullopt to take T from the first float input with rule T (else the op's

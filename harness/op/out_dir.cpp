@@ -22,10 +22,12 @@ OutputDir::OutputDir(const std::string& dir, bool force) : force_(force) {
   std::error_code ec;
   if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw Error("--out " + dir + ": exists and is not a directory");
   const fs::path parent = p.parent_path();
-  if (!fs::is_directory(parent, ec)) throw Error("--out " + dir + ": parent directory " + parent.string() + " does not exist");
+  if (!fs::is_directory(parent, ec))
+    throw Error("--out " + dir + ": parent directory " + parent.string() + " does not exist");
   std::string t = parent.string() + "/.";
   t += p.filename().string() + ".opforge-tmp-XXXXXX";
-  if (!::mkdtemp(t.data())) throw Error("--out " + dir + ": cannot create a temp dir in " + parent.string() + ": " + std::strerror(errno));
+  if (!::mkdtemp(t.data()))
+    throw Error("--out " + dir + ": cannot create a temp dir in " + parent.string() + ": " + std::strerror(errno));
   tmp_ = t;
   // mkdtemp makes it 0700; when it becomes DIR it should look like any mkdir'd directory
   const mode_t mask = ::umask(0);

@@ -50,7 +50,8 @@ Params parse_params(const OpInfo& op, const std::vector<std::string>& specs) {
     if (!p) {
       std::vector<std::string> names;
       for (const ParamInfo& q : op.params) names.push_back(q.name);
-      throw Error("op '" + op.name + "' has no param '" + name + "' (params: " + (names.empty() ? "none" : join(names)) + ")");
+      throw Error("op '" + op.name + "' has no param '" + name +
+                  "' (params: " + (names.empty() ? "none" : join(names)) + ")");
     }
     for (const auto& s : seen)
       if (s == name) throw Error("param '" + name + "' is given twice");

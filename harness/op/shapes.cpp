@@ -106,15 +106,15 @@ void ShapeBinder::bind(const ArgInfo& arg, const Shape& actual, int element) {
                   "; its manifest shape " + arg.shape + " says " + s.text);
     if (s.kind != SymDim::symbol || arg.list) continue;
     if (actual[d] % s.factor != 0)
-      throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) + ", not a multiple of " +
-                  std::to_string(s.factor));
+      throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) +
+                  ", not a multiple of " + std::to_string(s.factor));
     bool found = false;
     for (const Binding& b : bound_)
       if (b.symbol == s.name) {
         found = true;
         if (b.value * s.factor != actual[d])
-          throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) + ", but argument '" +
-                      b.by + "' gave " + s.name + " = " + std::to_string(b.value));
+          throw Error(who(arg, element) + " " + dim_label(d, s) + " is " + std::to_string(actual[d]) +
+                      ", but argument '" + b.by + "' gave " + s.name + " = " + std::to_string(b.value));
       }
     if (!found) bound_.push_back({s.name, actual[d] / s.factor, arg.name});
   }
@@ -122,7 +122,8 @@ void ShapeBinder::bind(const ArgInfo& arg, const Shape& actual, int element) {
 
 Shape ShapeBinder::infer(const ArgInfo& arg) const {
   const std::string give = "; give its shape with --in " + arg.name + "=FILE";
-  if (arg.list) throw Error("argument '" + arg.name + "' is a list output: give its elements with --in " + arg.name + "=FILE");
+  if (arg.list)
+    throw Error("argument '" + arg.name + "' is a list output: give its elements with --in " + arg.name + "=FILE");
   const auto doc = pick_shape(arg.shape, -1);  // the first alternative: other layouts need --in
   if (!doc) throw Error("argument '" + arg.name + "' has no manifest shape to infer" + give);
   Shape out;

@@ -38,7 +38,8 @@ struct Arrays {
   void for_slices(F&& f) {
     auto task = [&](int64_t t) { f(kElems * size_t(t) / size_t(slices), kElems * size_t(t + 1) / size_t(slices)); };
     if (slices <= 1) return task(0);
-    host->parallel_for(host, slices, [](void* ctx, int64_t t) { (*static_cast<decltype(task)*>(ctx))(t); }, &task);
+    host->parallel_for(
+        host, slices, [](void* ctx, int64_t t) { (*static_cast<decltype(task)*>(ctx))(t); }, &task);
   }
   void triad() {
     for_slices([this](size_t i0, size_t i1) {
@@ -97,8 +98,8 @@ double probe_bandwidth(int threads) {
     ++passes;
   }
   g_mean[threads] = kBytesPerPass * passes / spent;
-  std::fprintf(stderr, "opforge bench: bandwidth probe (%d threads) filtered out; measured triad now: %.2f GB/s\n", threads,
-               g_mean[threads] / 1e9);
+  std::fprintf(stderr, "opforge bench: bandwidth probe (%d threads) filtered out; measured triad now: %.2f GB/s\n",
+               threads, g_mean[threads] / 1e9);
   return g_mean[threads];
 }
 

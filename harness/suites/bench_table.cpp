@@ -26,8 +26,8 @@ void TableReporter::ReportRuns(const std::vector<Run>& runs) {
     if (row.from_median && !median) continue;  // repetitions: the median wins over single runs
     row.from_median = median;
     // GPU benchmarks legitimately sleep in synchronize(): only host work says the machine is busy
-    const bool host_work = name.rfind("probe/", 0) == 0 || name.rfind("peer/", 0) == 0 ||
-                           name.find("/cpu/") != std::string::npos;
+    const bool host_work =
+        name.rfind("probe/", 0) == 0 || name.rfind("peer/", 0) == 0 || name.find("/cpu/") != std::string::npos;
     if (host_work && !median && !r.error_occurred && r.real_accumulated_time > 0)
       cpu_share_min_ = std::min(cpu_share_min_, r.cpu_accumulated_time / r.real_accumulated_time);
     row.error = r.error_occurred ? r.error_message : "";
@@ -40,8 +40,10 @@ void TableReporter::ReportRuns(const std::vector<Run>& runs) {
 void TableReporter::print_table(std::FILE* out) const {
   if (order_.empty()) return;
   if (cpu_share_min_ < 0.8)
-    std::fprintf(out, "\nwarning: a benchmark got only %.0f%% of a CPU (cpu_time / real_time): the machine is busy, "
-                 "rates and bw_frac are unreliable\n", 100 * cpu_share_min_);
+    std::fprintf(out,
+                 "\nwarning: a benchmark got only %.0f%% of a CPU (cpu_time / real_time): the machine is busy, "
+                 "rates and bw_frac are unreliable\n",
+                 100 * cpu_share_min_);
   std::fprintf(out, "\n%-52s %9s %8s %9s  %s\n", "name", "GB/s", "%triad", "GFLOP/s", "vs peer (our speed / peer's)");
   for (const std::string& name : order_) {
     const Row& r = rows_.at(name);
@@ -60,8 +62,8 @@ void TableReporter::print_table(std::FILE* out) const {
         if (pname.compare(lib_end + 1, std::string::npos, op + "/" + rest) != 0) continue;
         if (!prow.error.empty() || prow.bytes_per_second <= 0) continue;
         char buf[96];
-        std::snprintf(buf, sizeof buf, "%s%.2fx %s", peers.empty() ? "" : ", ", r.bytes_per_second / prow.bytes_per_second,
-                      pname.substr(5, lib_end - 5).c_str());
+        std::snprintf(buf, sizeof buf, "%s%.2fx %s", peers.empty() ? "" : ", ",
+                      r.bytes_per_second / prow.bytes_per_second, pname.substr(5, lib_end - 5).c_str());
         peers += buf;
       }
     }

@@ -26,9 +26,7 @@ const std::vector<Variant>& all_variants() {
   return v;
 }
 
-bool dtype_is_float(DType t) {
-  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
-}
+bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
 
 double dtype_max_finite(DType t) {
   switch (t) {
@@ -52,10 +50,26 @@ double dtype_min_subnormal(DType t) {
 
 void poison(DType t, std::byte* base, int64_t n) {
   switch (t) {
-    case DType::f32: { const uint32_t p = 0x7fc0dead; for (int64_t i = 0; i < n; ++i) std::memcpy(base + 4 * i, &p, 4); return; }
-    case DType::f16: { const uint16_t p = 0x7e5a; for (int64_t i = 0; i < n; ++i) std::memcpy(base + 2 * i, &p, 2); return; }
-    case DType::bf16: { const uint16_t p = 0x7fc5; for (int64_t i = 0; i < n; ++i) std::memcpy(base + 2 * i, &p, 2); return; }
-    case DType::f64: { const uint64_t p = 0x7ff8deadbeef0000ull; for (int64_t i = 0; i < n; ++i) std::memcpy(base + 8 * i, &p, 8); return; }
+    case DType::f32: {
+      const uint32_t p = 0x7fc0dead;
+      for (int64_t i = 0; i < n; ++i) std::memcpy(base + 4 * i, &p, 4);
+      return;
+    }
+    case DType::f16: {
+      const uint16_t p = 0x7e5a;
+      for (int64_t i = 0; i < n; ++i) std::memcpy(base + 2 * i, &p, 2);
+      return;
+    }
+    case DType::bf16: {
+      const uint16_t p = 0x7fc5;
+      for (int64_t i = 0; i < n; ++i) std::memcpy(base + 2 * i, &p, 2);
+      return;
+    }
+    case DType::f64: {
+      const uint64_t p = 0x7ff8deadbeef0000ull;
+      for (int64_t i = 0; i < n; ++i) std::memcpy(base + 8 * i, &p, 8);
+      return;
+    }
     default: std::memset(base, 0xA5, size_t(n) * dtype_size(t)); return;
   }
 }
@@ -111,8 +125,8 @@ void draw_arg(HostArg& h, Variant variant, Rng& rng, double& kappa) {
       store_element(a.dtype, p, i, r.lo + (r.hi - r.lo) * rng.uniform());
       if (load_element(a.dtype, p, i) != 0) break;
       if (tries == 64)
-        throw Error("argument '" + a.name + "': fill range [" + std::to_string(r.lo) + ", " +
-                    std::to_string(r.hi) + "] keeps rounding to 0");
+        throw Error("argument '" + a.name + "': fill range [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) +
+                    "] keeps rounding to 0");
     }
   }
 }
@@ -141,8 +155,9 @@ std::vector<double> read_back(const HostArg& h) {
 // dominant softmax entries share a sign and cancel, from hiding an output's real sensitivity). Catches
 // ill-conditioning the op cannot declare up front: an output that cancels to ~0, e.g. rms_norm's
 // dx for a single column, where rstd is an input consistent with x.
-std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view entry, const std::vector<RefArg>& inputs,
-                                             const std::vector<RefArg>& ref, const Params& params, DType dtype, Rng& rng) {
+std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view entry,
+                                             const std::vector<RefArg>& inputs, const std::vector<RefArg>& ref,
+                                             const Params& params, DType dtype, Rng& rng) {
   const double u = dtype == DType::f64 ? dtype_unit_roundoff(DType::f64) : dtype_unit_roundoff(DType::f32);
   std::vector<std::vector<double>> sens(ref.size());
   for (size_t i = 0; i < ref.size(); ++i)
@@ -179,8 +194,8 @@ std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view 
 
 }  // namespace
 
-DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape,
-                    Variant variant, uint64_t seed, bool with_reference, const Params* given) {
+DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape, Variant variant,
+                    uint64_t seed, bool with_reference, const Params* given) {
   DrawnCase c;
   c.params = given ? *given : op.default_params();
   const Params& params = c.params;
@@ -219,8 +234,7 @@ DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const
     const ArgDesc& a = c.desc.args[i];
     c.ref[i].desc = &a;
     if (a.role != Role::out || a.derived) {
-      c.ref[i].v = a.derived ? std::vector<double>(size_t(a.numel()), std::nan(""))
-                             : read_back(c.host[i]);
+      c.ref[i].v = a.derived ? std::vector<double>(size_t(a.numel()), std::nan("")) : read_back(c.host[i]);
     } else if (with_reference) {
       // NaN until the reference writes it: a reference that skips an element cannot pass.
       c.ref[i].v.assign(size_t(a.numel()), std::nan(""));

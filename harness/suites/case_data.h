@@ -50,11 +50,11 @@ struct DrawnCase {
   DrawnCase(const DrawnCase&) = delete;
   DrawnCase& operator=(const DrawnCase&) = delete;
 
-  CaseDesc desc;                 // unsupported non-empty: nothing else is filled
-  Params params;                 // the param values this case was drawn and referenced with
-  std::vector<HostArg> host;     // every argument in ABI order; outs poisoned
-  std::vector<RefArg> ref;       // float64 values (only with_reference); outs filled by reference()
-  double kappa = 1;              // conditioning proxy of the drawn inputs (see tolerance.h)
+  CaseDesc desc;              // unsupported non-empty: nothing else is filled
+  Params params;              // the param values this case was drawn and referenced with
+  std::vector<HostArg> host;  // every argument in ABI order; outs poisoned
+  std::vector<RefArg> ref;    // float64 values (only with_reference); outs filled by reference()
+  double kappa = 1;           // conditioning proxy of the drawn inputs (see tolerance.h)
   // Per out/inout argument (empty for inputs): max |change| of each reference output when every
   // floating input element is scaled by (1 +- u_acc) with random signs (see tolerance.h).
   std::vector<std::vector<double>> sensitivity;
@@ -63,8 +63,8 @@ struct DrawnCase {
 // Draws a case. with_reference: also computes every output in float64 (the correctness suite);
 // without it only in/inout arguments get float64 copies, and only as long as prepare() needs them
 // (benchmarks on large shapes). params: null = the manifest defaults.
-DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape,
-                    Variant variant, uint64_t seed, bool with_reference, const Params* params = nullptr);
+DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape, Variant variant,
+                    uint64_t seed, bool with_reference, const Params* params = nullptr);
 
 // Fills bytes with a quiet-NaN pattern for floating dtypes and 0xA5 for integer ones.
 void poison(DType t, std::byte* base, int64_t n);

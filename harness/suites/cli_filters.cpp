@@ -40,14 +40,14 @@ std::string CaseFilter::gtest_filter() const {
   auto any = [](const std::string& s) { return s.empty() ? std::string("*") : s; };
   std::string f = "kernel." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";
   f += ":threads." + any(op) + "/" + any(backend) + "/" + any(dtype) + "/*";  // thread-count determinism
-  if (backend.empty()) f += ":peer.*/" + any(op) + "/" + any(dtype) + "/*";  // peer adapter checks
+  if (backend.empty()) f += ":peer.*/" + any(op) + "/" + any(dtype) + "/*";   // peer adapter checks
   return f;
 }
 
 std::string CaseFilter::benchmark_regex() const {
   auto any = [](const std::string& s) { return s.empty() ? std::string("[^/]+") : s; };
-  return "^probe/|^" + any(op) + "/" + any(backend) + "/" + any(dtype) + "/|^peer/[^/]+/" + any(op) + "/" +
-         any(dtype) + "/";
+  return "^probe/|^" + any(op) + "/" + any(backend) + "/" + any(dtype) + "/|^peer/[^/]+/" + any(op) + "/" + any(dtype) +
+         "/";
 }
 
 }  // namespace opf::suites

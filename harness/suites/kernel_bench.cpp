@@ -88,9 +88,12 @@ std::string cross_check(const BenchCase& bc) {
     if (r.unsupported.empty()) ++shapes;
     compared += r.compared;
   }
-  if (why.empty() && compared == 0) why = "peer not cross-checked: no correctness shape of " + bc.op->name + " runs on it";
+  if (why.empty() && compared == 0)
+    why = "peer not cross-checked: no correctness shape of " + bc.op->name + " runs on it";
   if (why.empty())
-    std::fprintf(stderr, "opforge bench: peer %s cross-checked against the float64 reference: %d outputs on %d shapes (seed %llu), pass\n",
+    std::fprintf(stderr,
+                 "opforge bench: peer %s cross-checked against the float64 reference: %d outputs on %d shapes (seed "
+                 "%llu), pass\n",
                  key.c_str(), compared, shapes, (unsigned long long)g_check_seed);
   return done[key] = why;
 }
@@ -166,7 +169,8 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
   const CaseDesc& c = p.drawn.desc;
   st.SetBytesProcessed(int64_t(c.bytes) * int64_t(st.iterations()));
   st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["bw_frac"] = benchmark::Counter(c.bytes / probe_bandwidth(bc.threads), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["bw_frac"] =
+      benchmark::Counter(c.bytes / probe_bandwidth(bc.threads), benchmark::Counter::kIsIterationInvariantRate);
   st.counters["threads"] = bc.threads;
   if (p.module && p.module->isa) st.SetLabel(p.module->isa);
 }
@@ -448,7 +452,9 @@ int main(int argc, char** argv) {
   try {
     benchmark::AddCustomContext("opforge_version", opf::build::version());
     benchmark::AddCustomContext("opforge_mode", opf::build::mode());
-    benchmark::AddCustomContext("opforge_probe", "STREAM triad, 3 x 64 MiB, at each benchmark's thread count; bw_frac = bytes_per_second / its mean rate");
+    benchmark::AddCustomContext(
+        "opforge_probe",
+        "STREAM triad, 3 x 64 MiB, at each benchmark's thread count; bw_frac = bytes_per_second / its mean rate");
     benchmark::AddCustomContext("opforge_threads", std::to_string(opf::default_num_threads()));
     g_check_seed = base_seed_from_env();
     for (int threads : thread_counts()) register_bandwidth_probe(threads);

@@ -36,7 +36,7 @@ bool count_case(const OpInfo& op, const std::string& dt, const std::string& entr
     Loader& loader = Loader::instance();
     const opf_module_info* module = loader.load(op, "cpu").info;
     StagedCase staged(loader.device("cpu"), op, drawn, 1);  // one thread: counts independent of the machine
-    staged.run(module);  // warm-up, not counted
+    staged.run(module);                                     // warm-up, not counted
     const bool restore = staged.has_inouts();
     CALLGRIND_ZERO_STATS;
     for (int i = 0; i < calls; ++i) {
@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
     if (a.rfind("--calls=", 0) == 0 && std::atoi(argv[i] + 8) > 0) {
       calls = std::atoi(argv[i] + 8);
     } else {
-      std::fprintf(stderr, "usage: opforge-kernel-instr [--calls=N]   (run under valgrind --tool=callgrind --collect-atstart=no)\n");
+      std::fprintf(
+          stderr,
+          "usage: opforge-kernel-instr [--calls=N]   (run under valgrind --tool=callgrind --collect-atstart=no)\n");
       return 2;
     }
   }

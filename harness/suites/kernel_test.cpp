@@ -38,9 +38,9 @@ struct KernelCase {
 };
 
 std::string repro(const KernelCase& c) {
-  return "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " opforge test --op " + c.op->name +
-         " --backend " + c.backend + " --dtype " + c.dtype + "   (or: OPFORGE_SEED=" +
-         std::to_string(g_base_seed) + " " + g_argv0 + " --gtest_filter='kernel." + c.name + "')";
+  return "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " opforge test --op " + c.op->name + " --backend " +
+         c.backend + " --dtype " + c.dtype + "   (or: OPFORGE_SEED=" + std::to_string(g_base_seed) + " " + g_argv0 +
+         " --gtest_filter='kernel." + c.name + "')";
 }
 
 // A reference value the storage dtype cannot hold: the variant is outside the op's domain for
@@ -118,7 +118,8 @@ class KernelTest : public ::testing::Test {
       const std::vector<std::byte> got = staged.fetch(i);
       if (a.role == Role::in) {
         EXPECT_EQ(0, std::memcmp(got.data(), d.host[i].bytes.data(), got.size()))
-            << "kernel modified its input '" << a.name << "'\n" << repro(c_);
+            << "kernel modified its input '" << a.name << "'\n"
+            << repro(c_);
         continue;
       }
       const double f = c_.op->spec->tolerance_factor ? c_.op->spec->tolerance_factor(c_.entry, a, a.dtype) : 1.0;
@@ -127,7 +128,8 @@ class KernelTest : public ::testing::Test {
       auto [it, first] = worst.try_emplace(a.name, cmp.worst_ratio, cmp.nmse);
       if (!first && !(cmp.worst_ratio <= it->second.first)) it->second = {cmp.worst_ratio, cmp.nmse};
       EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n  kappa " << d.kappa << ", reduce_len " << d.desc.reduce_len
-                          << ", seed " << test_seed(g_base_seed, c_.name + "/" + vname) << "\n" << repro(c_);
+                          << ", seed " << test_seed(g_base_seed, c_.name + "/" + vname) << "\n"
+                          << repro(c_);
     }
     for (const auto& [name, w] : worst) {
       RecordProperty(vname + "." + name + ".worst_err_ratio", std::to_string(w.first));
@@ -207,14 +209,15 @@ class PeerTest : public ::testing::Test {
     const Params params = c_.op->default_params();
     const peers::PeerCase pc{c_.entry, dtype, c_.shape, params};
     if (std::string why = c_.peer->unsupported(pc); !why.empty()) GTEST_SKIP() << why;
-    const std::string repro = "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " " + g_argv0 +
-                              " --gtest_filter='peer." + c_.name + "'";
+    const std::string repro =
+        "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " " + g_argv0 + " --gtest_filter='peer." + c_.name + "'";
     try {
       for (Variant v : all_variants()) {
         if (v == Variant::nan) continue;  // a peer is checked for computing the same op, not for NaN semantics
         const std::string vname(variant_name(v));
         SCOPED_TRACE("variant " + vname);
-        DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, test_seed(g_base_seed, "peer/" + c_.name + "/" + vname), true);
+        DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v,
+                                test_seed(g_base_seed, "peer/" + c_.name + "/" + vname), true);
         if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
         if (!out_of_range(d).empty()) continue;
         auto run = c_.peer->make(pc, d);
@@ -273,7 +276,9 @@ int register_tests() {
       for (const std::string& dtype : op.dtypes)
         for (const EntryInfo& entry : op.entries)
           for (const Shape& shape : op.cases) {
-            PeerCheck c{&op, a, dtype, entry.name, shape, lib + "/" + op.name + "/" + dtype + "/" + entry.name + "/" + shape_name(shape)};
+            PeerCheck c{&op,   a,
+                        dtype, entry.name,
+                        shape, lib + "/" + op.name + "/" + dtype + "/" + entry.name + "/" + shape_name(shape)};
             const std::string name = c.name;
             ::testing::RegisterTest("peer", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                     [c = std::move(c)]() -> ::testing::Test* { return new PeerTest(c); });

@@ -11,7 +11,8 @@ namespace {
 double draw_other(const ParamInfo& p, Rng& rng) {
   switch (p.type) {
     case ParamType::boolean: return p.def != 0 ? 0 : 1;
-    case ParamType::enumeration: return double((int64_t(p.def) + 1 + int64_t(rng.next() % (p.choices.size() - 1))) % int64_t(p.choices.size()));
+    case ParamType::enumeration:
+      return double((int64_t(p.def) + 1 + int64_t(rng.next() % (p.choices.size() - 1))) % int64_t(p.choices.size()));
     case ParamType::i64:
     case ParamType::f64: break;
   }

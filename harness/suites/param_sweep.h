@@ -2,8 +2,9 @@
 // with every param away from its default (numerics drawn from their `sample` range with the
 // test's seed, bools flipped, enums at another choice), the same drawn numerics with the bools and
 // enums at their defaults, one set per bool/enum value with only that param changed, and one set per
-// value of a numeric param's manifest `sweep` list with only that param changed. Labels print the values, so a failure's replay line shows them. Drawn f64
-// values are representable in f32 (f32 kernels take them as floats: see param_sweep.cpp).
+// value of a numeric param's manifest `sweep` list with only that param changed. Labels print the values, so a
+// failure's replay line shows them. Drawn f64 values are representable in f32 (f32 kernels take them as floats: see
+// param_sweep.cpp).
 #pragma once
 
 #include <cstdint>

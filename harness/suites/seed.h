@@ -29,9 +29,7 @@ inline uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-inline uint64_t test_seed(uint64_t base, std::string_view test_name) {
-  return Rng(base ^ fnv1a(test_name)).next();
-}
+inline uint64_t test_seed(uint64_t base, std::string_view test_name) { return Rng(base ^ fnv1a(test_name)).next(); }
 
 // $OPFORGE_SEED when set (decimal), else a fresh seed from the clock and the process id.
 // Throws opf::Error naming the variable when it is not a number.

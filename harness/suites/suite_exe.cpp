@@ -29,7 +29,8 @@ std::string find_suite_executable(const std::string& name) {
     if (!where.empty()) where += ", ";
     where += p.string();
   }
-  throw Error(name + " not found (looked at " + where + "); configure with -Dtests=enabled / -Dbench=enabled and build it");
+  throw Error(name + " not found (looked at " + where +
+              "); configure with -Dtests=enabled / -Dbench=enabled and build it");
 }
 
 int run_child(const std::vector<std::string>& argv) {

@@ -105,17 +105,19 @@ Comparison compare(const ArgDesc& out, const std::byte* kb, const std::vector<do
   c.ok = false;
   const double k = load_element(out.dtype, kb, first), r = ref[size_t(first)];
   std::ostringstream m;
-  m << "output '" << out.name << "' (" << dtype_name(out.dtype) << " " << join_dims(out.shape) << "): " << c.bad_count << " of " << n << " elements out of tolerance\n"
+  m << "output '" << out.name << "' (" << dtype_name(out.dtype) << " " << join_dims(out.shape) << "): " << c.bad_count
+    << " of " << n << " elements out of tolerance\n"
     << "  first bad index " << multi_index(out.shape, first) << ": kernel " << fmt(k)
-    << (is_poison(out.dtype, kb, first) ? " (poison: never written)" : "") << ", reference " << fmt(r)
-    << ", |diff| " << fmt(std::fabs(k - r)) << ", allowed " << fmt(tol.bound(first, r)) << "\n  neighbours (last dim):";
+    << (is_poison(out.dtype, kb, first) ? " (poison: never written)" : "") << ", reference " << fmt(r) << ", |diff| "
+    << fmt(std::fabs(k - r)) << ", allowed " << fmt(tol.bound(first, r)) << "\n  neighbours (last dim):";
   const int64_t last = out.shape.empty() ? 1 : std::max<int64_t>(out.shape.back(), 1);
   const int64_t row0 = first - first % last;
   for (int64_t j = std::max(row0, first - 2); j <= std::min(row0 + last - 1, first + 2); ++j)
     m << "\n    " << multi_index(out.shape, j) << " kernel " << fmt(load_element(out.dtype, kb, j)) << " ref "
-      << fmt(ref[size_t(j)]) << (element_ok(j, load_element(out.dtype, kb, j), ref[size_t(j)], tol, integer) ? "" : "  <- bad");
-  m << "\n  nmse " << fmt(c.nmse) << ", worst err/allowed " << fmt(c.worst_ratio) << ", tolerance rel "
-    << fmt(tol.rel) << " abs " << fmt(tol.abs) << " + " << fmt(tol.sens) << " x sensitivity "
+      << fmt(ref[size_t(j)])
+      << (element_ok(j, load_element(out.dtype, kb, j), ref[size_t(j)], tol, integer) ? "" : "  <- bad");
+  m << "\n  nmse " << fmt(c.nmse) << ", worst err/allowed " << fmt(c.worst_ratio) << ", tolerance rel " << fmt(tol.rel)
+    << " abs " << fmt(tol.abs) << " + " << fmt(tol.sens) << " x sensitivity "
     << fmt(tol.p && !tol.p->empty() ? (*tol.p)[size_t(first)] : 0.0);
   c.first_bad = m.str();
   return c;

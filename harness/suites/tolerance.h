@@ -41,10 +41,10 @@
 namespace opf::suites {
 
 struct Tolerance {
-  double rel = 0;                               // multiplies |r_i|
-  double abs = 0;                               // constant
-  double sens = 0;                              // multiplies p_i
-  const std::vector<double>* p = nullptr;       // per-element sensitivity (may be null)
+  double rel = 0;                          // multiplies |r_i|
+  double abs = 0;                          // constant
+  double sens = 0;                         // multiplies p_i
+  const std::vector<double>* p = nullptr;  // per-element sensitivity (may be null)
   double bound(int64_t i, double r) const;
 };
 
@@ -55,8 +55,8 @@ struct Comparison {
   bool ok = true;
   int64_t bad_count = 0;
   double nmse = 0;
-  double worst_ratio = 0;     // max |k-r| / bound
-  std::string first_bad;      // multi-line description of the first failing element
+  double worst_ratio = 0;  // max |k-r| / bound
+  std::string first_bad;   // multi-line description of the first failing element
 };
 
 // kernel_bytes: the argument as the kernel left it, in its dtype.

@@ -15,8 +15,8 @@
 namespace opf::matrix {
 namespace {
 namespace fs = std::filesystem;
-using json::Value;
 using json::parse_file;
+using json::Value;
 
 struct TempDir {
   std::string path;
@@ -47,15 +47,29 @@ Result ab(const std::string& dir, const std::vector<std::string>& args, const st
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/stderr")};
 }
 
-#define NEED_BUILD()                                                                                 \
-  if (!std::getenv("OPFORGE_EXE") || !std::getenv("OPFORGE_BUILD_ROOT"))                            \
-    GTEST_SKIP() << "OPFORGE_EXE / OPFORGE_BUILD_ROOT not set (run through meson test)";             \
+#define NEED_BUILD()                                                                     \
+  if (!std::getenv("OPFORGE_EXE") || !std::getenv("OPFORGE_BUILD_ROOT"))                 \
+    GTEST_SKIP() << "OPFORGE_EXE / OPFORGE_BUILD_ROOT not set (run through meson test)"; \
   const std::string build = std::getenv("OPFORGE_BUILD_ROOT")
 
 // One rms_norm benchmark (small, 1 thread) and the probes, no instruction counts: seconds.
 std::vector<std::string> quick(const std::string& build, const std::string& out, int rounds) {
-  return {"--base", build, "--head", build, "--no-build", "--op", "rms_norm", "--filter", "f32/forward/16384x1024/threads:1$",
-          "--rounds", std::to_string(rounds), "--block-seconds", "0.05", "--no-instructions", "--out", out};
+  return {"--base",
+          build,
+          "--head",
+          build,
+          "--no-build",
+          "--op",
+          "rms_norm",
+          "--filter",
+          "f32/forward/16384x1024/threads:1$",
+          "--rounds",
+          std::to_string(rounds),
+          "--block-seconds",
+          "0.05",
+          "--no-instructions",
+          "--out",
+          out};
 }
 
 const Value* find_bench(const Value& doc, const std::string& prefix) {

@@ -91,9 +91,12 @@ std::string serve_text(const std::string& input) {
 }
 
 TEST(AbServe, Protocol) {
-  EXPECT_EQ(serve_text("list\nprepare a/x\nprepare b/y\nrestage a/x\nrestage b/y\ntime a/x 0.25\ntime b/y 0.1\ntime a/x 0\ntime a/x\nfrob\nquit\nlist\n"),
-            "a/x\nb/y\n.\nok\nerror no case 'b/y' second line\nok\nerror not prepared: b/y\nns 1234.5 250\nerror not staged: b/y\n"
-            "error time: seconds must be in (0, 60), got '0'\nerror unknown request 'time a/x'\nerror unknown request 'frob'\n");
+  EXPECT_EQ(serve_text("list\nprepare a/x\nprepare b/y\nrestage a/x\nrestage b/y\ntime a/x 0.25\ntime b/y 0.1\ntime "
+                       "a/x 0\ntime a/x\nfrob\nquit\nlist\n"),
+            "a/x\nb/y\n.\nok\nerror no case 'b/y' second line\nok\nerror not prepared: b/y\nns 1234.5 250\nerror not "
+            "staged: b/y\n"
+            "error time: seconds must be in (0, 60), got '0'\nerror unknown request 'time a/x'\nerror unknown request "
+            "'frob'\n");
   EXPECT_EQ(suites::median_ns({3e-9, 1e-9, 2e-9}), 2);
   EXPECT_EQ(suites::median_ns({4e-9, 1e-9, 2e-9, 3e-9}), 2.5);
 }
@@ -103,7 +106,10 @@ TEST(ServeClient, TalksToAChildAndNamesItsLogWhenItDies) {
   ASSERT_TRUE(mkdtemp(dir));
   const std::string log = std::string(dir) + "/child.log";
   {
-    ServeClient c("fake", {"/bin/sh", "-c", "while read l; do case \"$l\" in list) echo one; echo two; echo .;; quit) exit 0;; *) echo \"got $l\";; esac; done"},
+    ServeClient c("fake",
+                  {"/bin/sh", "-c",
+                   "while read l; do case \"$l\" in list) echo one; echo two; echo .;; quit) exit 0;; *) echo \"got "
+                   "$l\";; esac; done"},
                   {}, log);
     EXPECT_EQ(c.list(10), (std::vector<std::string>{"one", "two"}));
     EXPECT_EQ(c.request("prepare x", 10), "got prepare x");

@@ -16,10 +16,11 @@ namespace opf::matrix {
 namespace {
 
 std::string profile(const std::string& trigger, const std::string& events, const std::string& summary) {
-  return "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 4242\ncmd:  ./opforge-kernel-instr --calls=10\n"
+  return "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 4242\ncmd:  ./opforge-kernel-instr "
+         "--calls=10\n"
          "part: 3\n\n\ndesc: I1 cache: \ndesc: Timerange: Basic block 1000 - 2000\ndesc: Trigger: " +
-         trigger + "\n\npositions: line\nevents: " + events + "\nsummary: " + summary + "\n\n\nob=(1) /lib/x.so\nfl=(1) k.cpp\nfn=(1) kernel\n12 " +
-         summary + "\n\ntotals: " + summary + "\n";
+         trigger + "\n\npositions: line\nevents: " + events + "\nsummary: " + summary +
+         "\n\n\nob=(1) /lib/x.so\nfl=(1) k.cpp\nfn=(1) kernel\n12 " + summary + "\n\ntotals: " + summary + "\n";
 }
 
 TEST(CallgrindParse, IrFromSummary) {
@@ -48,8 +49,8 @@ TEST(CallgrindParse, BadProfilesNameFileAndLine) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "dir/callgrind.out.3:2: no `events:` line (not a callgrind profile)");
   }
-  EXPECT_THROW(parse_callgrind_out("events: Ir\nfn=(1) f\n", "p"), Error);          // truncated
-  EXPECT_THROW(parse_callgrind_out("events: Dr Dw\nsummary: 1 2\n", "p"), Error);   // no Ir
+  EXPECT_THROW(parse_callgrind_out("events: Ir\nfn=(1) f\n", "p"), Error);         // truncated
+  EXPECT_THROW(parse_callgrind_out("events: Dr Dw\nsummary: 1 2\n", "p"), Error);  // no Ir
   try {
     parse_callgrind_out("events: Ir\nsummary: 12x\n", "q");
     FAIL() << "non-numeric count accepted";
@@ -84,7 +85,8 @@ TEST(CallgrindJson, DirectoryToGateInput) {
   files::make_dirs(dir);
   files::write_atomic(dir + "/callgrind.out", profile("Program termination", "Ir", "0"));
   files::write_atomic(dir + "/callgrind.out.1", profile("Client Request: softmax/cpu/f32/forward/2x3", "Ir", "5000"));
-  files::write_atomic(dir + "/callgrind.out.2", profile("Client Request: softmax/cpu/f16/forward/2x3", "Ir Dr", "7000 10"));
+  files::write_atomic(dir + "/callgrind.out.2",
+                      profile("Client Request: softmax/cpu/f16/forward/2x3", "Ir Dr", "7000 10"));
   files::write_atomic(dir + "/unrelated.txt", "not a profile");
   files::write_atomic(dir + "/callgrind.json", json::dump(callgrind_json(read_callgrind_dir(dir), 10)));
   auto counts = read_callgrind_json(dir + "/callgrind.json", "prebuilt");

@@ -131,7 +131,8 @@ TEST(Gate, SingleOutlierIsNotARegression) {
 TEST(Gate, OverrideThresholdAndIgnore) {
   // 1 % noise: an 8 % slowdown is clearly beyond 5 % and clearly within 10 %
   auto base = input_of({{"noisy", normal_samples(9, kReps, 1000, 10)}, {"flaky", normal_samples(10, kReps, 1000, 10)}});
-  auto cur = input_of({{"noisy", normal_samples(11, kReps, 1080, 10.8)}, {"flaky", normal_samples(12, kReps, 1500, 15)}});
+  auto cur =
+      input_of({{"noisy", normal_samples(11, kReps, 1080, 10.8)}, {"flaky", normal_samples(12, kReps, 1500, 15)}});
   GateConfig cfg;
   auto r = run_gate(base, cur, cfg);
   EXPECT_EQ(r.exit_code(), 1);
@@ -144,9 +145,11 @@ TEST(Gate, OverrideThresholdAndIgnore) {
 
 // A baseline from before the thread pool names single-threaded benchmarks without "/threads:1".
 TEST(Gate, SingleThreadBenchmarksMatchTheirPreThreadPoolNames) {
-  auto base = input_of({{"layer_norm/cpu/f32/forward/4096x4096/real_time", normal_samples(1, kReps, 1000, 1000 * kNoise)}});
-  auto cur = input_of({{"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time", normal_samples(2, kReps, 1300, 1300 * kNoise)},
-                       {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", normal_samples(3, kReps, 600, 600 * kNoise)}});
+  auto base =
+      input_of({{"layer_norm/cpu/f32/forward/4096x4096/real_time", normal_samples(1, kReps, 1000, 1000 * kNoise)}});
+  auto cur = input_of(
+      {{"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time", normal_samples(2, kReps, 1300, 1300 * kNoise)},
+       {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", normal_samples(3, kReps, 600, 600 * kNoise)}});
   auto r = run_gate(base, cur, GateConfig{});
   ASSERT_EQ(r.bench.size(), 2u);
   EXPECT_EQ(r.bench[0].verdict, "SLOWER");  // compared with the 1-thread run, not the 2-thread one
@@ -212,11 +215,16 @@ GateInput drifted(uint64_t seed, double machine, double ours_mem, double ours_co
   auto s = [&](uint64_t k, double mean) { return opf::testing::normal_samples(seed * 100 + k, 10, mean, mean * 0.01); };
   GateInput in;
   in.bench.push_back({"prebuilt", "probe/stream_triad/threads:2/real_time", s(1, 10e6 * machine), 40e9});
-  in.bench.push_back({"prebuilt", "peer/onednn/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(2, 5e6 * machine), 20e9});
-  in.bench.push_back({"prebuilt", "peer/unfused/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(3, 9e6 * machine), 11e9});
-  in.bench.push_back({"prebuilt", "peer/torch/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(4, 6e6 * machine), 17e9});
-  in.bench.push_back({"prebuilt", "layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", s(5, 4e6 * machine * ours_mem), 32e9});
-  in.bench.push_back({"prebuilt", "softmax_xentropy/cpu/f32/forward/4096x32000/threads:2/real_time", s(6, 8e6 * machine * ours_compute), 8e9});
+  in.bench.push_back(
+      {"prebuilt", "peer/onednn/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(2, 5e6 * machine), 20e9});
+  in.bench.push_back(
+      {"prebuilt", "peer/unfused/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(3, 9e6 * machine), 11e9});
+  in.bench.push_back(
+      {"prebuilt", "peer/torch/layer_norm/f32/forward/4096x4096/threads:2/real_time", s(4, 6e6 * machine), 17e9});
+  in.bench.push_back(
+      {"prebuilt", "layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", s(5, 4e6 * machine * ours_mem), 32e9});
+  in.bench.push_back({"prebuilt", "softmax_xentropy/cpu/f32/forward/4096x32000/threads:2/real_time",
+                      s(6, 8e6 * machine * ours_compute), 8e9});
   return in;
 }
 

@@ -80,8 +80,9 @@ TEST(Npy, RoundTripEveryDtype) {
     DType d;
     bool boolean;
     const char* descr;
-  } kinds[] = {{DType::f32, false, "<f4"}, {DType::f64, false, "<f8"}, {DType::f16, false, "<f2"}, {DType::i64, false, "<i8"},
-               {DType::i32, false, "<i4"}, {DType::u8, false, "|u1"},  {DType::u8, true, "|b1"}};
+  } kinds[] = {{DType::f32, false, "<f4"}, {DType::f64, false, "<f8"}, {DType::f16, false, "<f2"},
+               {DType::i64, false, "<i8"}, {DType::i32, false, "<i4"}, {DType::u8, false, "|u1"},
+               {DType::u8, true, "|b1"}};
   const std::vector<std::vector<int64_t>> shapes = {{3, 4}, {7}, {}, {0, 5}, {2, 1, 3, 1, 2, 2}};
   unsigned seed = 1;
   for (const auto& k : kinds)
@@ -135,7 +136,8 @@ TEST(Npy, ReadsVersions2And3) {
     EXPECT_EQ(a.data.size(), 48u);
   }
   // double quotes, no trailing comma, no padding: still the dict NumPy's literal_eval accepts
-  const Array b = parse(make("{\"shape\": (2,), \"descr\": \"<i4\", \"fortran_order\": False}", std::string(8, '\0'), 1, false), "q.npy");
+  const Array b = parse(
+      make("{\"shape\": (2,), \"descr\": \"<i4\", \"fortran_order\": False}", std::string(8, '\0'), 1, false), "q.npy");
   EXPECT_EQ(b.dtype, DType::i32);
 }
 
@@ -168,30 +170,42 @@ TEST(Npy, Malformed) {
   expect_error(ok.substr(0, ok.size() - 1), "byte 128: data is 47 bytes, but shape (3, 4) of <f4 needs 48");
   expect_error(ok + "x", "byte 128: data is 49 bytes");
   // fortran order, big-endian, unknown and structured descr
-  expect_error(make("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", d48), "byte 44: field 'fortran_order' is True");
-  expect_error(make("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }", d48), "byte 20: field 'descr' '>f4' is big-endian");
+  expect_error(make("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", d48),
+               "byte 44: field 'fortran_order' is True");
+  expect_error(make("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }", d48),
+               "byte 20: field 'descr' '>f4' is big-endian");
   expect_error(make("{'descr': '<c8', 'fortran_order': False, 'shape': (3, 4), }", d48), "'<c8' is not supported");
-  expect_error(make("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", ""), "byte 20: field 'descr'");
+  expect_error(make("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", ""),
+               "byte 20: field 'descr'");
   // shapes: negative, too many digits, a product that overflows, an int that is not a tuple
-  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (3, -4), }", d48), "byte 64: field 'shape': dim 1 is negative");
-  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", ""), "dim 0 does not fit in 64 bits");
-  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", ""), "byte 60: field 'shape' (4294967296, 4294967296) overflows 64 bits");
-  expect_error(make("{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,), }", ""), "needs more than 2^63 bytes");
+  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (3, -4), }", d48),
+               "byte 64: field 'shape': dim 1 is negative");
+  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", ""),
+               "dim 0 does not fit in 64 bits");
+  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", ""),
+               "byte 60: field 'shape' (4294967296, 4294967296) overflows 64 bits");
+  expect_error(make("{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,), }", ""),
+               "needs more than 2^63 bytes");
   expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }", ""), "is not a tuple: write (3,)");
   // missing, unknown and duplicate keys
   expect_error(make("{'descr': '<f4', 'fortran_order': False, }", ""), "header has no 'shape' key");
   expect_error(make("{'descr': '<f4', 'shape': (1,), }", ""), "header has no 'fortran_order' key");
   expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", ""), "unexpected key 'x'");
-  expect_error(make("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", ""), "byte 27: duplicate key 'descr'");
+  expect_error(make("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", ""),
+               "byte 27: duplicate key 'descr'");
   // malformed dict syntax
-  expect_error(make("{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}", ""), "byte 19: expected ':' after a header key");
+  expect_error(make("{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}", ""),
+               "byte 19: expected ':' after a header key");
   expect_error(make("{'descr': '<f4, 'fortran_order': False}", "", 1, false), "expected ',' or '}'");
-  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", "", 1, false), "header ends inside the dict");
+  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", "", 1, false),
+               "header ends inside the dict");
   expect_error(make("{'descr': '<f4', 'fortran_order': false, 'shape': (1,)}", ""), "must be True or False");
-  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x", ""), "unexpected text after the header dict");
+  expect_error(make("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x", ""),
+               "unexpected text after the header dict");
   expect_error(make("'descr'", ""), "byte 10: expected '{' at the start of the header");
   // bool data other than 0/1
-  expect_error(make("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x01\x00\x02", 3)), "byte 130: element 2 of a bool array is 2");
+  expect_error(make("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x01\x00\x02", 3)),
+               "byte 130: element 2 of a bool array is 2");
 }
 
 TEST(Npy, ReadErrorsNameTheFile) {

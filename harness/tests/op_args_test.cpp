@@ -33,7 +33,8 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-ArgInfo arg(const char* name, Role role, DTypeRule rule, const char* shape, bool list = false, DType fixed = DType::f32) {
+ArgInfo arg(const char* name, Role role, DTypeRule rule, const char* shape, bool list = false,
+            DType fixed = DType::f32) {
   ArgInfo a;
   a.name = name;
   a.role = role;
@@ -55,8 +56,7 @@ OpInfo fake_op() {
   e.args = {arg("params", Role::inout, DTypeRule::storage, "[n_i]", true),
             arg("grads", Role::in, DTypeRule::storage, "[n_i]", true),
             arg("step", Role::in, DTypeRule::fixed, "[]", false, DType::i64),
-            arg("norms", Role::out, DTypeRule::acc, "[1]", true),
-            arg("total", Role::out, DTypeRule::acc, "[]")};
+            arg("norms", Role::out, DTypeRule::acc, "[1]", true), arg("total", Role::out, DTypeRule::acc, "[]")};
   op.entries = {e};
   ParamInfo lr;
   lr.name = "lr";
@@ -103,9 +103,12 @@ TEST(OpParams, TypedValuesAndOneLineErrors) {
   EXPECT_EQ(error_of([&] { parse_params(op, {"lr=fast"}); }), "param 'lr' = 'fast' is not a number");
   EXPECT_EQ(error_of([&] { parse_params(op, {"iters=2.5"}); }), "param 'iters' = 2.5 must be an integer");
   EXPECT_EQ(error_of([&] { parse_params(op, {"iters=0"}); }), "param 'iters' = 0 must be >= 1");
-  EXPECT_EQ(error_of([&] { parse_params(op, {"nesterov=yes"}); }), "param 'nesterov' = 'yes' is not a bool (true, false, 1, 0)");
-  EXPECT_EQ(error_of([&] { parse_params(op, {"mode=max"}); }), "param 'mode' = 'max' is not one of its choices (sum, mean)");
-  EXPECT_EQ(error_of([&] { parse_params(op, {"beta=1"}); }), "op 'fake' has no param 'beta' (params: lr, iters, nesterov, mode)");
+  EXPECT_EQ(error_of([&] { parse_params(op, {"nesterov=yes"}); }),
+            "param 'nesterov' = 'yes' is not a bool (true, false, 1, 0)");
+  EXPECT_EQ(error_of([&] { parse_params(op, {"mode=max"}); }),
+            "param 'mode' = 'max' is not one of its choices (sum, mean)");
+  EXPECT_EQ(error_of([&] { parse_params(op, {"beta=1"}); }),
+            "op 'fake' has no param 'beta' (params: lr, iters, nesterov, mode)");
   EXPECT_EQ(error_of([&] { parse_params(op, {"lr=1", "lr=2"}); }), "param 'lr' is given twice");
   EXPECT_EQ(error_of([&] { parse_params(op, {"lr"}); }), "--param 'lr': expected NAME=VALUE");
 }
@@ -114,12 +117,15 @@ TEST(OpArgs, ListsScalarsAndOutputs) {
   TempDir t;
   const OpInfo op = fake_op();
   const EntryInfo& e = op.entries[0];
-  const std::string p0 = write(t.path + "/p0.npy", DType::f32, {3}, 1), p1 = write(t.path + "/p1.npy", DType::f32, {5}, 2),
-                    g0 = write(t.path + "/g0.npy", DType::f32, {3}, 3), g1 = write(t.path + "/g1.npy", DType::f32, {5}, 4),
-                    step = write(t.path + "/step.npy", DType::i64, {}, 7), n = write(t.path + "/n.npy", DType::f64, {1}, 9);
-  const HostCall c = load_call(op, e,
-                               {"params=" + p0, "grads=" + g0, "params=" + p1, "grads=" + g1, "step=" + step, "norms=" + n, "norms=" + n},
-                               std::nullopt);
+  const std::string p0 = write(t.path + "/p0.npy", DType::f32, {3}, 1),
+                    p1 = write(t.path + "/p1.npy", DType::f32, {5}, 2),
+                    g0 = write(t.path + "/g0.npy", DType::f32, {3}, 3),
+                    g1 = write(t.path + "/g1.npy", DType::f32, {5}, 4),
+                    step = write(t.path + "/step.npy", DType::i64, {}, 7),
+                    n = write(t.path + "/n.npy", DType::f64, {1}, 9);
+  const HostCall c = load_call(
+      op, e, {"params=" + p0, "grads=" + g0, "params=" + p1, "grads=" + g1, "step=" + step, "norms=" + n, "norms=" + n},
+      std::nullopt);
   EXPECT_EQ(c.storage, DType::f32);  // from params, the first float T input
   ASSERT_EQ(c.args.size(), 5u);
   ASSERT_EQ(c.args[0].elems.size(), 2u);  // list elements in --in order
@@ -162,18 +168,26 @@ TEST(OpArgs, EmptyListsAndDtypes) {
   EXPECT_EQ(load_element(DType::bf16, c.args[0].elems[0].bytes.data(), 0), 1.0);
   EXPECT_EQ(c.args[4].dtype, DType::f32);  // acc
   const std::string f64 = write(t.path + "/p64.npy", DType::f64, {2}, 1);
-  EXPECT_EQ(error_of([&] { load_call(op, e, {"params=" + f64, "step=" + step}, std::nullopt); }),
-            "argument 'params': " + f64 + " holds f64; fake runs f32, bf16 (choose one with --dtype; bf16 takes '<f4' files)");
+  EXPECT_EQ(error_of([&] {
+              load_call(op, e, {"params=" + f64, "step=" + step}, std::nullopt);
+            }),
+            "argument 'params': " + f64 +
+                " holds f64; fake runs f32, bf16 (choose one with --dtype; bf16 takes '<f4' files)");
   const std::string stepf = write(t.path + "/stepf.npy", DType::f32, {}, 1);
   EXPECT_EQ(error_of([&] { load_call(op, e, {"step=" + stepf}, std::nullopt); }),
             "argument 'step': " + stepf + ": field 'descr' is '<f4' (f32), but the argument is i64 ('<i8')");
   EXPECT_EQ(error_of([&] { load_call(op, e, {"step=" + step}, DType::f64); }), "--dtype f64: fake runs f32, bf16");
-  EXPECT_EQ(error_of([&] { load_call(op, e, {}, std::nullopt); }), "argument 'step' (in) is missing: give it with --in step=FILE");
-  EXPECT_EQ(error_of([&] { load_call(op, e, {"step=" + step, "step=" + step}, std::nullopt); }),
+  EXPECT_EQ(error_of([&] { load_call(op, e, {}, std::nullopt); }),
+            "argument 'step' (in) is missing: give it with --in step=FILE");
+  EXPECT_EQ(error_of([&] {
+              load_call(op, e, {"step=" + step, "step=" + step}, std::nullopt);
+            }),
             "argument 'step' is given twice (it is one tensor, not a list)");
   EXPECT_EQ(error_of([&] { load_call(op, e, {"step="}, std::nullopt); }), "argument 'step': --in step= names no file");
   EXPECT_EQ(error_of([&] { load_call(op, e, {"=x.npy"}, std::nullopt); }), "--in '=x.npy': expected NAME=VALUE");
-  EXPECT_EQ(error_of([&] { load_call(op, e, {"step=" + step, "norms=" + step}, std::nullopt); }),
+  EXPECT_EQ(error_of([&] {
+              load_call(op, e, {"step=" + step, "norms=" + step}, std::nullopt);
+            }),
             "argument 'norms' element 0 has 0 dims; its manifest shape [1] has 1");
 }
 

@@ -39,7 +39,8 @@ uint64_t seed() {
   static const uint64_t s = [] {
     const char* e = std::getenv("OPFORGE_SEED");
     const uint64_t v = e ? std::strtoull(e, nullptr, 10) : 20240601;
-    std::printf("op CLI tests: seed %llu (OPFORGE_SEED=%llu replays it)\n", (unsigned long long)v, (unsigned long long)v);
+    std::printf("op CLI tests: seed %llu (OPFORGE_SEED=%llu replays it)\n", (unsigned long long)v,
+                (unsigned long long)v);
     return v;
   }();
   return s;
@@ -70,14 +71,16 @@ Result opforge_op(const std::vector<std::string>& args) {
   return r;
 }
 
-#define SKIP_WITHOUT(op)                                                                      \
+#define SKIP_WITHOUT(op)                                                                           \
   if (!std::getenv("OPFORGE_EXE")) GTEST_SKIP() << "OPFORGE_EXE not set (run through meson test)"; \
   if (!find_op(op)) GTEST_SKIP() << op << " is not enabled in this build"
 
 // Values in [lo, hi), never (near) zero: a zero would hide a missing scale or an unwritten output.
 std::vector<float> draw(Rng& rng, size_t n, double lo, double hi) {
   std::vector<float> v(n);
-  for (auto& x : v) do x = float(lo + (hi - lo) * rng.uniform()); while (std::fabs(x) < 1e-3f);
+  for (auto& x : v) do
+      x = float(lo + (hi - lo) * rng.uniform());
+    while (std::fabs(x) < 1e-3f);
   return v;
 }
 
@@ -193,9 +196,19 @@ void layer_norm_round_trip(const std::string& dtype, int64_t rows, int64_t cols)
   write_f32(t.path + "/x.npy", {rows, cols}, x);
   write_f32(t.path + "/gamma.npy", {cols}, g);
   write_f32(t.path + "/beta.npy", {cols}, b);
-  std::vector<std::string> args = {"layer_norm", "--entry", "forward", "--in", "x=" + t.path + "/x.npy",
-                                   "--in", "gamma=" + t.path + "/gamma.npy", "--in", "beta=" + t.path + "/beta.npy",
-                                   "--out", t.path + "/out", "--param", "eps=1e-5"};
+  std::vector<std::string> args = {"layer_norm",
+                                   "--entry",
+                                   "forward",
+                                   "--in",
+                                   "x=" + t.path + "/x.npy",
+                                   "--in",
+                                   "gamma=" + t.path + "/gamma.npy",
+                                   "--in",
+                                   "beta=" + t.path + "/beta.npy",
+                                   "--out",
+                                   t.path + "/out",
+                                   "--param",
+                                   "eps=1e-5"};
   if (dtype != "f32") args.insert(args.end(), {"--dtype", dtype});
   const Result r = opforge_op(args);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -256,8 +269,8 @@ TEST(OpCli, SoftmaxBackwardWritesItsInoutDy) {
   mask.shape = {2, 1, 4, 17};
   for (int64_t i = 0; i < mask.numel(); ++i) mask.data.push_back(std::byte(rng.uniform() < 0.25));
   npy::write(t.path + "/mask.npy", mask);
-  Result r = opforge_op({"scaled_masked_softmax", "--in", "x=" + t.path + "/x.npy", "--in", "mask=" + t.path + "/mask.npy",
-                         "--param", "scale=0.5", "--out", t.path + "/fwd"});
+  Result r = opforge_op({"scaled_masked_softmax", "--in", "x=" + t.path + "/x.npy", "--in",
+                         "mask=" + t.path + "/mask.npy", "--param", "scale=0.5", "--out", t.path + "/fwd"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto dy_in = draw(rng, n, -1.0, 1.0);
   write_f32(t.path + "/dy.npy", shape, dy_in);
@@ -357,11 +370,19 @@ TEST(OpCli, ExistingOutputNeedsForce) {
   fs::create_directory(D + "/out");
   std::ofstream(D + "/out/mean.npy") << "precious";
   std::ofstream(D + "/out/notes.txt") << "mine";
-  const std::vector<std::string> args = {"layer_norm", "--in", "x=" + D + "/x.npy", "--in", "gamma=" + D + "/gamma.npy",
-                                         "--in", "beta=" + D + "/beta.npy", "--out", D + "/out"};
+  const std::vector<std::string> args = {"layer_norm",
+                                         "--in",
+                                         "x=" + D + "/x.npy",
+                                         "--in",
+                                         "gamma=" + D + "/gamma.npy",
+                                         "--in",
+                                         "beta=" + D + "/beta.npy",
+                                         "--out",
+                                         D + "/out"};
   Result r = opforge_op(args);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("argument 'mean': " + D + "/out/mean.npy exists (use --force to overwrite)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("argument 'mean': " + D + "/out/mean.npy exists (use --force to overwrite)"), std::string::npos)
+      << r.err;
   EXPECT_EQ(slurp(D + "/out/mean.npy"), "precious");
   EXPECT_EQ(listing(D + "/out"), (std::set<std::string>{"mean.npy", "notes.txt"}));
   auto forced = args;
@@ -392,7 +413,8 @@ TEST(OpCli, ListArgumentsRoundTripThroughFusedAdam) {
     v.push_back(draw(rng, n, 0.01, 0.2));
     const std::string K = std::to_string(k);
     for (auto [name, vals] : {std::pair{"grads", &g[k]}, {"params", &p[k]}, {"exp_avg", &m[k]}, {"exp_avg_sq", &v[k]}})
-      args.insert(args.end(), {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
+      args.insert(args.end(),
+                  {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
   }
   npy::Array flag;
   flag.dtype = DType::i32;
@@ -404,8 +426,9 @@ TEST(OpCli, ListArgumentsRoundTripThroughFusedAdam) {
                            "--param", "adam_w_mode=false", "--out", D + "/out"});
   const Result r = opforge_op(args);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(listing(D + "/out"), (std::set<std::string>{"params.0.npy", "params.1.npy", "exp_avg.0.npy", "exp_avg.1.npy",
-                                                          "exp_avg_sq.0.npy", "exp_avg_sq.1.npy", "noop_flag.npy"}));
+  EXPECT_EQ(listing(D + "/out"),
+            (std::set<std::string>{"params.0.npy", "params.1.npy", "exp_avg.0.npy", "exp_avg.1.npy", "exp_avg_sq.0.npy",
+                                   "exp_avg_sq.1.npy", "noop_flag.npy"}));
   EXPECT_EQ(read_values(D + "/out/noop_flag.npy", DType::i32, {1})[0], 0.0);
   for (size_t k = 0; k < sizes.size(); ++k) {
     const std::string K = std::to_string(k);
@@ -424,7 +447,8 @@ TEST(OpCli, ListArgumentsRoundTripThroughFusedAdam) {
   // a list length mismatch names the list; nothing is written
   std::vector<std::string> short_list;
   for (size_t i = 0; i < args.size(); ++i)
-    if (!(args[i] == "--in" && args[i + 1].rfind("exp_avg=", 0) == 0 && args[i + 1].find("exp_avg1") != std::string::npos)) {
+    if (!(args[i] == "--in" && args[i + 1].rfind("exp_avg=", 0) == 0 &&
+          args[i + 1].find("exp_avg1") != std::string::npos)) {
       short_list.push_back(args[i]);
     } else {
       ++i;
@@ -451,8 +475,8 @@ TEST(OpCli, XentropyLabelOutOfRangeIsRefusedNamingTheRow) {
   labels.data.resize(sizeof vals);
   std::memcpy(labels.data.data(), vals, sizeof vals);
   npy::write(D + "/labels.npy", labels);
-  const Result r = opforge_op({"softmax_xentropy", "--in", "logits=" + D + "/logits.npy", "--in", "labels=" + D + "/labels.npy",
-                               "--out", D + "/out"});
+  const Result r = opforge_op({"softmax_xentropy", "--in", "logits=" + D + "/logits.npy", "--in",
+                               "labels=" + D + "/labels.npy", "--out", D + "/out"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("labels[1] = 7 is outside [0, 5)"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(D + "/out"));
@@ -476,7 +500,8 @@ TEST(OpCli, FusedSgdStepAndAShortListNamingIt) {
     b.push_back(draw(rng, n, -0.5, 0.5));
     const std::string K = std::to_string(k);
     for (auto [name, vals] : {std::pair{"grads", &g[k]}, {"params", &p[k]}, {"momentum_buffer", &b[k]}})
-      args.insert(args.end(), {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
+      args.insert(args.end(),
+                  {"--in", std::string(name) + "=" + write_f32(D + "/" + name + K + ".npy", {sizes[k]}, *vals)});
   }
   npy::Array flag;
   flag.dtype = DType::i32;
@@ -500,7 +525,8 @@ TEST(OpCli, FusedSgdStepAndAShortListNamingIt) {
   }
   std::vector<std::string> short_list;
   for (size_t i = 0; i < args.size(); ++i)
-    if (args[i] == "--in" && args[i + 1].rfind("momentum_buffer=", 0) == 0 && args[i + 1].find("buffer1") != std::string::npos) {
+    if (args[i] == "--in" && args[i + 1].rfind("momentum_buffer=", 0) == 0 &&
+        args[i + 1].find("buffer1") != std::string::npos) {
       ++i;
     } else {
       short_list.push_back(args[i]);
@@ -533,8 +559,8 @@ TEST(OpCli, IndexMul2dForwardAndAnOutOfRangeIndex) {
   };
   const std::vector<int64_t> idx = {3, 0, 3, 1, 2};
   write_idx(idx);
-  const std::vector<std::string> args = {"index_mul_2d", "--in", "in1=" + D + "/in1.npy", "--in", "in2=" + D + "/in2.npy",
-                                         "--in", "idx=" + D + "/idx.npy", "--out"};
+  const std::vector<std::string> args = {"index_mul_2d",          "--in", "in1=" + D + "/in1.npy", "--in",
+                                         "in2=" + D + "/in2.npy", "--in", "idx=" + D + "/idx.npy", "--out"};
   auto with_out = [&](const std::string& out) {
     auto a = args;
     a.push_back(out);

@@ -53,9 +53,13 @@ TEST(OpShapes, ErrorsNameTheArgumentAndDim) {
   b.bind(arg("x", "[rows, cols]"), {7, 13});
   EXPECT_EQ(error_of([&] { b.bind(arg("gamma", "[cols]"), {12}); }),
             "argument 'gamma' dim 0 (cols) is 12, but argument 'x' gave cols = 13");
-  EXPECT_EQ(error_of([&] { b.bind(arg("gamma", "[cols]"), {1, 13}); }),
+  EXPECT_EQ(error_of([&] {
+              b.bind(arg("gamma", "[cols]"), {1, 13});
+            }),
             "argument 'gamma' has 2 dims; its manifest shape [cols] has 1");
-  EXPECT_EQ(error_of([&] { b.bind(arg("mask", "[rows, 1]"), {7, 3}); }),
+  EXPECT_EQ(error_of([&] {
+              b.bind(arg("mask", "[rows, 1]"), {7, 3});
+            }),
             "argument 'mask' dim 1 is 3; its manifest shape [rows, 1] says 1");
   EXPECT_EQ(error_of([&] { b.infer(arg("z", "[rows, k]", Role::out)); }),
             "argument 'z' dim 1 (k) is not given by any input; give its shape with --in z=FILE");
@@ -73,7 +77,9 @@ TEST(OpShapes, AlternativeLayouts) {
   b.bind(arg("g", "[B, U, H]"), {2, 5, 8});
   EXPECT_EQ(b.infer(arg("h", "[B, T, U, H] | [rows, H]", Role::out)), (Shape{2, 3, 5, 8}));
   b.bind(arg("h", "[B, T, U, H] | [rows, H]", Role::out), {17, 8});
-  EXPECT_EQ(error_of([&] { b.bind(arg("d", "[B, T, U, H] | [rows, H]"), {17, 9}); }),
+  EXPECT_EQ(error_of([&] {
+              b.bind(arg("d", "[B, T, U, H] | [rows, H]"), {17, 9});
+            }),
             "argument 'd' dim 1 (H) is 9, but argument 'f' gave H = 8");
   EXPECT_EQ(error_of([&] { b.bind(arg("d", "[B, T, U, H] | [rows, H]"), {17}); }),
             "argument 'd' has 1 dims; its manifest shape [B, T, U, H] | [rows, H] has 4");
@@ -98,13 +104,19 @@ TEST(OpShapes, MultiplesOfASymbol) {
   EXPECT_EQ(b.infer(arg("dx", "[N, 2H]", Role::out)), (Shape{5, 12}));
   EXPECT_EQ(error_of([&] { b.bind(arg("bias", "[2H]"), {10}); }),
             "argument 'bias' dim 0 (2H) is 10, but argument 'x' gave H = 6");
-  EXPECT_EQ(error_of([&] { ShapeBinder().bind(arg("x", "[N, 2H]"), {5, 11}); }),
+  EXPECT_EQ(error_of([&] {
+              ShapeBinder().bind(arg("x", "[N, 2H]"), {5, 11});
+            }),
             "argument 'x' dim 1 (2H) is 11, not a multiple of 2");
   ShapeBinder g;  // H bound first by a plain dim
   g.bind(arg("dy", "[N, H]"), {3, 7});
-  EXPECT_EQ(error_of([&] { g.bind(arg("x", "[N, 2H]"), {3, 7}); }),
+  EXPECT_EQ(error_of([&] {
+              g.bind(arg("x", "[N, 2H]"), {3, 7});
+            }),
             "argument 'x' dim 1 (2H) is 7, not a multiple of 2");
-  EXPECT_EQ(error_of([&] { g.bind(arg("x", "[N, 2H]"), {3, 16}); }),
+  EXPECT_EQ(error_of([&] {
+              g.bind(arg("x", "[N, 2H]"), {3, 16});
+            }),
             "argument 'x' dim 1 (2H) is 16, but argument 'dy' gave H = 7");
 }
 
@@ -112,7 +124,9 @@ TEST(OpShapes, ListElementsBindNothing) {
   ShapeBinder b;
   b.bind(arg("p", "[n_i]", Role::in, true), {5}, 0);
   b.bind(arg("p", "[n_i]", Role::in, true), {9}, 1);  // elements differ: fine
-  EXPECT_EQ(error_of([&] { b.bind(arg("p", "[n_i]", Role::in, true), {9, 2}, 2); }),
+  EXPECT_EQ(error_of([&] {
+              b.bind(arg("p", "[n_i]", Role::in, true), {9, 2}, 2);
+            }),
             "argument 'p' element 2 has 2 dims; its manifest shape [n_i] has 1");
   EXPECT_EQ(error_of([&] { b.infer(arg("n", "[n_i]", Role::out)); }),
             "argument 'n' dim 0 (n_i) is not given by any input; give its shape with --in n=FILE");

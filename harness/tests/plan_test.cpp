@@ -66,7 +66,9 @@ TEST(Plan, FullMatrixIsPairwiseAndFarSmallerThanTheProduct) {
           bool possible = false;
           for (const auto& o : valid) possible = possible || (o.at(na) == va && o.at(nb) == vb);
           bool covered = false;
-          for (const auto& c : plan.cells) covered = covered || (c.options.count(na) && c.options.count(nb) && c.options.at(na) == va && c.options.at(nb) == vb);
+          for (const auto& c : plan.cells)
+            covered = covered ||
+                      (c.options.count(na) && c.options.count(nb) && c.options.at(na) == va && c.options.at(nb) == vb);
           ++checked;
           if (!possible) {
             ++infeasible;
@@ -81,7 +83,8 @@ TEST(Plan, FullMatrixIsPairwiseAndFarSmallerThanTheProduct) {
   for (const auto& c : plan.cells)
     for (const auto& r : spec.excludes) {
       bool all = true;
-      for (const auto& [k, v] : r.when) all = all && (c.options.count(k) ? c.options.at(k) : cat.find(k)->default_literal) == v;
+      for (const auto& [k, v] : r.when)
+        all = all && (c.options.count(k) ? c.options.at(k) : cat.find(k)->default_literal) == v;
       EXPECT_FALSE(all) << c.name << " matches exclude rule: " << r.reason;
     }
   EXPECT_LE(double(plan.cells.size()) * 5, plan.cartesian) << "pairwise must be far smaller than the product";
@@ -122,7 +125,8 @@ TEST(Plan, NativeFileSplitsBuiltinAndProjectOptions) {
   auto bi = nf.find("[built-in options]"), pr = nf.find("[project options]");
   ASSERT_NE(bi, std::string::npos);
   ASSERT_NE(pr, std::string::npos);
-  auto san = nf.find("b_sanitize = 'address,undefined'"), mode = nf.find("mode = 'jit'"), arch = nf.find("cuda-arch = ['9.0']");
+  auto san = nf.find("b_sanitize = 'address,undefined'"), mode = nf.find("mode = 'jit'"),
+       arch = nf.find("cuda-arch = ['9.0']");
   EXPECT_TRUE(san > bi && san < pr);
   EXPECT_TRUE(mode > pr && arch > pr);
 }
@@ -142,7 +146,8 @@ void expect_error(const std::string& toml, const std::string& fragment) {
 TEST(Plan, BadMatrixFilesNameFileLineAndProblem) {
   expect_error("[[cell]]\nname = \"x\"\noptions = { modee = \"jit\" }\n", "bad.toml:3:");
   expect_error("[[cell]]\nname = \"x\"\noptions = { modee = \"jit\" }\n", "'modee' is not a Meson option");
-  expect_error("[[cell]]\nname = \"x\"\noptions = { mode = \"fast\" }\n", "'fast' is not one of its choices (prebuilt, jit, both)");
+  expect_error("[[cell]]\nname = \"x\"\noptions = { mode = \"fast\" }\n",
+               "'fast' is not one of its choices (prebuilt, jit, both)");
   expect_error("[[cell]]\nname = \"x\"\noptions = { b_lundef = \"no\" }\n", "boolean");
   expect_error("[[axis]]\nselect = \"@things\"\n", "unknown option group '@things'");
   expect_error("[[exclude]]\nwhen = { mode = \"jit\" }\n[[cell]]\nname = \"x\"\n", "needs 'reason'");
@@ -156,9 +161,10 @@ TEST(Plan, BadMatrixFilesNameFileLineAndProblem) {
   expect_error("[run]\ncallgrind = fa\n", "bad.toml:2:");
   expect_error("[run]\ncallgrind = fa\n", "\\x0a");
   // opforge's own messages quote names from the file too: a newline in one (found by the long run)
-  expect_error("[[axis]]\noption = \"mode\"\n[[axis]]\noption = \"fuzz\"\n[generate]\nmethod = \"pairwise\"\n"
-               "constraints = [\"enabled-op\\nx\"]\n",
-               "unknown constraint 'enabled-op\\x0ax'");
+  expect_error(
+      "[[axis]]\noption = \"mode\"\n[[axis]]\noption = \"fuzz\"\n[generate]\nmethod = \"pairwise\"\n"
+      "constraints = [\"enabled-op\\nx\"]\n",
+      "unknown constraint 'enabled-op\\x0ax'");
 }
 
 // The callgrind switch survives plan.json (what --resume and --cell runs read back).

@@ -81,7 +81,8 @@ const char* kJunit = R"XML(<?xml version="1.0" encoding="utf-8"?>
 )XML";
 
 // A finished run with one cell; `slow` scales its benchmark times.
-void write_run(const std::string& dir, const std::string& cell_id, const std::string& cell_name, double slow, uint64_t seed) {
+void write_run(const std::string& dir, const std::string& cell_id, const std::string& cell_name, double slow,
+               uint64_t seed) {
   json::Value run;
   run.set("schema", "opforge.run/1");
   run.set("run", fs::path(dir).filename().string());
@@ -114,13 +115,17 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
   files::write_atomic(dir + "/run.json", json::dump(run));
 
   std::string cd = dir + "/cells/" + cell_id;
-  files::write_atomic(cd + "/bench/opforge-kernel-bench.json",
-                      bench_json({{"probe/stream_triad/threads:1/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
-                                  {"probe/stream_triad/threads:2/real_time", opf::testing::normal_samples(seed + 3, 10, 0.5e6, 0.5e4)},
-                                  {"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time", opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
-                                  {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time", opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
-                                  {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time", opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)}},
-                                 128e6));
+  files::write_atomic(
+      cd + "/bench/opforge-kernel-bench.json",
+      bench_json({{"probe/stream_triad/threads:1/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
+                  {"probe/stream_triad/threads:2/real_time", opf::testing::normal_samples(seed + 3, 10, 0.5e6, 0.5e4)},
+                  {"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time",
+                   opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
+                  {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time",
+                   opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
+                  {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time",
+                   opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)}},
+                 128e6));
   files::write_atomic(cd + "/meson/testlog.junit.xml", kJunit);
   json::Value probe;
   probe.set("schema", "opforge.probe/1");
@@ -137,8 +142,9 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
   load.set("warm", warm);
   probe.set("loads", json::Array{load});
   files::write_atomic(cd + "/probe.json", json::dump(probe));
-  files::write_atomic(cd + "/chakra/regress.json",
-                      R"({"traces": [{"trace": "resnet_et", "status": "pass", "convert_seconds": 0.42, "golden_sha256": "feed"}]})");
+  files::write_atomic(
+      cd + "/chakra/regress.json",
+      R"({"traces": [{"trace": "resnet_et", "status": "pass", "convert_seconds": 0.42, "golden_sha256": "feed"}]})");
   auto cases = collect_cell_tests(cd);
   files::write_atomic(cd + "/tests.json", json::dump(cases_json(cases)));
   json::Value cell;
@@ -149,7 +155,8 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
   cell.set("status", "fail");
   cell.set("seconds", 75.0);
   json::Value steps = json::Array{};
-  for (auto [n, st] : std::vector<std::pair<const char*, const char*>>{{"setup", "pass"}, {"compile", "pass"}, {"test", "fail"}, {"bench", "pass"}}) {
+  for (auto [n, st] : std::vector<std::pair<const char*, const char*>>{
+           {"setup", "pass"}, {"compile", "pass"}, {"test", "fail"}, {"bench", "pass"}}) {
     json::Value s;
     s.set("name", n);
     s.set("status", st);
@@ -206,7 +213,8 @@ TEST(Report, SelfContainedHtmlWithEverySection) {
   TempDir t;
   write_run(t.path + "/run", "aaaaaaaaaaaa", "prebuilt", 1.0, 1);
   auto r = render_report(t.path + "/run");
-  for (const char* s : {"Matrix: cell &times; step", "Tests", "Performance", "JIT cold vs warm", "Chakra conversion", "GPU debt"})
+  for (const char* s :
+       {"Matrix: cell &times; step", "Tests", "Performance", "JIT cold vs warm", "Chakra conversion", "GPU debt"})
     EXPECT_NE(r.html.find(s), std::string::npos) << s;
   EXPECT_EQ(r.html.find("<script"), std::string::npos);
   EXPECT_EQ(r.html.find("http://"), r.html.find("http://www.w3.org/2000/svg"));  // no external resources
@@ -315,17 +323,23 @@ TEST(GateCli, ExitCodes) {
   EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base", "--current", t.path + "/slow"}), 1);
   // a committed-style baseline file works the same
   EXPECT_EQ(run_opforge({"gate", "--current", t.path + "/base", "--write-baseline", t.path + "/base.json"}), 0);
-  EXPECT_EQ(run_opforge({"gate", "--current", t.path + "/base", "--write-baseline", t.path + "/base.json"}), 2);  // no overwrite
+  EXPECT_EQ(run_opforge({"gate", "--current", t.path + "/base", "--write-baseline", t.path + "/base.json"}),
+            2);  // no overwrite
   EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base.json", "--current", t.path + "/slow"}), 1);
   EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base.json", "--current", t.path + "/same"}), 0);
   EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/missing", "--current", t.path + "/same"}), 2);
   files::write_atomic(t.path + "/junk.json", "{not json");
   EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/junk.json", "--current", t.path + "/same"}), 2);
   EXPECT_EQ(run_opforge({"gate", "--current", t.path + "/same"}), 2);  // no baseline
-  files::write_atomic(t.path + "/ov.toml", "[[override]]\nmatch = \"prebuilt/layer_norm/*\"\nthreshold = 0.5\nreason = \"test\"\n");
-  EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base", "--current", t.path + "/slow", "--overrides", t.path + "/ov.toml"}), 0);
+  files::write_atomic(t.path + "/ov.toml",
+                      "[[override]]\nmatch = \"prebuilt/layer_norm/*\"\nthreshold = 0.5\nreason = \"test\"\n");
+  EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base", "--current", t.path + "/slow", "--overrides",
+                         t.path + "/ov.toml"}),
+            0);
   files::write_atomic(t.path + "/bad.toml", "[[override]]\nthreshold = 0.5\n");
-  EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base", "--current", t.path + "/slow", "--overrides", t.path + "/bad.toml"}), 2);
+  EXPECT_EQ(run_opforge({"gate", "--baseline", t.path + "/base", "--current", t.path + "/slow", "--overrides",
+                         t.path + "/bad.toml"}),
+            2);
 }
 
 }  // namespace

@@ -24,10 +24,22 @@ std::vector<std::string> split_units(const char* s) {
 
 }  // namespace
 
-const std::string& version() { static const std::string v = OPF_VERSION; return v; }
-const std::string& mode() { static const std::string v = OPF_MODE; return v; }
-const std::string& source_root() { static const std::string v = install_root().empty() ? OPF_SOURCE_ROOT : ""; return v; }
-const std::string& build_root() { static const std::string v = install_root().empty() ? OPF_BUILD_ROOT : ""; return v; }
+const std::string& version() {
+  static const std::string v = OPF_VERSION;
+  return v;
+}
+const std::string& mode() {
+  static const std::string v = OPF_MODE;
+  return v;
+}
+const std::string& source_root() {
+  static const std::string v = install_root().empty() ? OPF_SOURCE_ROOT : "";
+  return v;
+}
+const std::string& build_root() {
+  static const std::string v = install_root().empty() ? OPF_BUILD_ROOT : "";
+  return v;
+}
 
 const std::string& module_dir() {
   static const std::string v = [] {
@@ -45,8 +57,8 @@ const std::string& jit_source_root() {
 
 const std::string& jit_pch_header() {
   // An install carries the bundle exactly when the build made one (kernels/install/meson.build).
-  static const std::string v = install_root().empty() || !*OPF_JIT_PCH ? std::string(OPF_JIT_PCH)
-                                                                     : install_root() + "/jit/opf_jit_pch.h";
+  static const std::string v =
+      install_root().empty() || !*OPF_JIT_PCH ? std::string(OPF_JIT_PCH) : install_root() + "/jit/opf_jit_pch.h";
   return v;
 }
 
@@ -55,9 +67,18 @@ const Toolchain& cpp_toolchain() {
   return t;
 }
 
-const std::vector<std::string>& cuda_arch() { static const auto v = split_units(OPF_CUDA_ARCH); return v; }
-const std::vector<std::string>& hip_arch() { static const auto v = split_units(OPF_HIP_ARCH); return v; }
-const std::string& cuda_root() { static const std::string v = OPF_CUDA_ROOT; return v; }
+const std::vector<std::string>& cuda_arch() {
+  static const auto v = split_units(OPF_CUDA_ARCH);
+  return v;
+}
+const std::vector<std::string>& hip_arch() {
+  static const auto v = split_units(OPF_HIP_ARCH);
+  return v;
+}
+const std::string& cuda_root() {
+  static const std::string v = OPF_CUDA_ROOT;
+  return v;
+}
 
 bool backend_enabled(const std::string& backend) {
   if (backend == "cpu") return OPF_HAVE_CPU;

@@ -60,7 +60,8 @@ CallBuilder& CallBuilder::add(std::string_view arg, void* data, DType dtype, con
 CallBuilder& CallBuilder::empty_list(std::string_view arg) {
   for (size_t i = 0; i < entry_->args.size(); ++i)
     if (entry_->args[i].name == arg) {
-      if (!entry_->args[i].list) throw Error(op_.name + " " + entry_->name + ": argument '" + std::string(arg) + "' is not a list");
+      if (!entry_->args[i].list)
+        throw Error(op_.name + " " + entry_->name + ": argument '" + std::string(arg) + "' is not a list");
       given_[i] = true;
       return *this;
     }

@@ -94,7 +94,8 @@ class CpuBackend final : public Backend {
     // what the PCH was built from (the -include path alone would not change with its content)
     if (cmd.pch.usable) id.push_back("pch=" + cmd.pch.identity);
     id.push_back(host_cpu_identity());
-    id.push_back("highway=" + std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." + std::to_string(HWY_PATCH));
+    id.push_back("highway=" + std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." +
+                 std::to_string(HWY_PATCH));
     return id;
   }
 
@@ -105,9 +106,11 @@ class CpuBackend final : public Backend {
     const Command cmd = command_line(op, src, out_path, /*fresh=*/true);
     std::vector<std::string> argv = cmd.argv;
     if (!cmd.pch.usable && cmd.pch_wanted && cmd.pch.notable)
-      warn_once("not using the CPU JIT's precompiled header (" + cmd.pch.why + "): compiling without it; rebuild with ninja");
+      warn_once("not using the CPU JIT's precompiled header (" + cmd.pch.why +
+                "): compiling without it; rebuild with ninja");
     else if (!cmd.pch.usable && cmd.pch_wanted && verbose())
-      std::fprintf(stderr, "opforge: compiling %s without the precompiled header: %s\n", op.name.c_str(), cmd.pch.why.c_str());
+      std::fprintf(stderr, "opforge: compiling %s without the precompiled header: %s\n", op.name.c_str(),
+                   cmd.pch.why.c_str());
     int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) throw Error("cannot write compiler log " + log_path + ": " + std::strerror(errno));
     {
@@ -132,7 +135,8 @@ class CpuBackend final : public Backend {
       throw Error("cpu JIT of " + op.name + ": cannot run compiler '" + argv[0] + "': " + std::strerror(rc) +
                   " (log: " + log_path + ")");
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       throw Error("cpu JIT of " + op.name + " failed: compiler " +
                   (WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
@@ -172,8 +176,7 @@ class CpuBackend final : public Backend {
       why = std::string("it implements op '") + (info->op ? info->op : "(null)") + "', expected '" + op.name + "'";
     else if (!info->backend || std::string_view(info->backend) != "cpu")
       why = std::string("it is for backend '") + (info->backend ? info->backend : "(null)") + "', expected 'cpu'";
-    else if (!info->run)
-      why = "its run function is NULL";
+    else if (!info->run) why = "its run function is NULL";
     if (!why.empty()) {
       ::dlclose(h);
       throw Error("module " + path + " rejected: " + why);

@@ -166,10 +166,16 @@ bool parse_manifest(const std::string& text, Manifest* m, std::string* why) {
     else if (field == "include") m->includes.emplace_back(value);
     else if (field == "identity") m->identity = value;
     else if (field == "gch") {
-      if (!file(value, &m->gch)) { *why = "bad gch line"; return false; }
+      if (!file(value, &m->gch)) {
+        *why = "bad gch line";
+        return false;
+      }
     } else if (field == "dep") {
       Manifest::File f;
-      if (!file(value, &f)) { *why = "bad dep line"; return false; }
+      if (!file(value, &f)) {
+        *why = "bad dep line";
+        return false;
+      }
       m->deps.push_back(std::move(f));
     }
   }
@@ -253,7 +259,8 @@ int run(const std::vector<std::string>& args) {
   if (int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0)
     throw Error("cannot run compiler '" + args[0] + "': " + std::strerror(rc));
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -348,7 +355,8 @@ bool source_disables_fp_contract(const std::string& path) {
     if (directive == "pragma" && args == "GCCoptimize(\"fp-contract=off\")")
       return std::all_of(taken.begin(), taken.end(), [](bool b) { return b; });
     if (directive == "ifdef" || directive == "ifndef") taken.push_back(false);
-    else if (directive == "if") taken.push_back(args == "defined(__GNUC__)&&!defined(__clang__)" || args == "defined(__GNUC__)");
+    else if (directive == "if")
+      taken.push_back(args == "defined(__GNUC__)&&!defined(__clang__)" || args == "defined(__GNUC__)");
     else if (directive == "elif" || directive == "else") {
       if (!taken.empty()) taken.back() = false;
     } else if (directive == "endif") {
@@ -488,7 +496,8 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   const std::string gch_tmp = gch + ".tmp", dep_tmp = out + ".d.tmp";
   std::vector<std::string> argv = base;
   for (const char* a : {"-x", "c++-header"}) argv.push_back(a);
-  for (const auto& a : {out, std::string("-o"), gch_tmp, std::string("-MD"), std::string("-MF"), dep_tmp}) argv.push_back(a);
+  for (const auto& a : {out, std::string("-o"), gch_tmp, std::string("-MD"), std::string("-MF"), dep_tmp})
+    argv.push_back(a);
   if (const int rc = run(argv); rc != 0) {
     ::unlink(gch_tmp.c_str());
     std::string cmd;
@@ -522,9 +531,11 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
     Stat st;
     if (!stat_file(path, &st)) throw Error("cannot stat " + path);
     const std::string sha = jit::sha256_file(path);
-    return std::make_pair(field + " " + std::to_string(st.size) + " " + std::to_string(st.mtime_ns) + " " + sha + " " + path + "\n", sha);
+    return std::make_pair(
+        field + " " + std::to_string(st.size) + " " + std::to_string(st.mtime_ns) + " " + sha + " " + path + "\n", sha);
   };
-  std::string ninja = depfile_escape(dep_target) + ": " + depfile_escape(fs::absolute(header_in).lexically_normal().string());
+  std::string ninja =
+      depfile_escape(dep_target) + ": " + depfile_escape(fs::absolute(header_in).lexically_normal().string());
   std::map<std::string, int> seen;
   for (const auto& d : parse_depfile(dep_text)) {
     const std::string p = fs::weakly_canonical(d).string();

@@ -44,9 +44,7 @@ inline void write_binary_file(const std::string& path, const void* data, size_t 
   if (!out.flush()) throw Error("cannot write " + path);
 }
 
-inline std::string gpu_plan_name(const std::string& op, const std::string& entry) {
-  return op + "_" + entry + "_plan";
-}
+inline std::string gpu_plan_name(const std::string& op, const std::string& entry) { return op + "_" + entry + "_plan"; }
 
 inline std::string gpu_kernel_name(const std::string& op, const std::string& entry, const std::string& dtype,
                                    int stage) {
@@ -89,12 +87,23 @@ class GpuModule {
   // looked up when it asks for them.
   GpuModule(Api& api, typename Api::Module mod, const OpInfo& op, const char* backend, std::string isa,
             const std::string& path, const opf_gpu_launcher* launcher = nullptr)
-      : api_(api), mod_(mod), op_(op.name), backend_(backend), isa_(std::move(isa)), info_op_(&op), launcher_(launcher) {
-    info_ = opf_module_info{OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk,
-                            &GpuModule::supports_thunk, this};
+      : api_(api),
+        mod_(mod),
+        op_(op.name),
+        backend_(backend),
+        isa_(std::move(isa)),
+        info_op_(&op),
+        launcher_(launcher) {
+    info_ = opf_module_info{
+        OPF_ABI_VERSION, op_.c_str(), backend_, isa_.c_str(), &GpuModule::run_thunk, &GpuModule::supports_thunk, this};
     if (launcher_) {
-      ctx_ = opf_gpu_launch_ctx{this, backend_, isa_.c_str(), &GpuModule::ctx_kernel, &GpuModule::ctx_launch,
-                                &GpuModule::ctx_workspace, &GpuModule::ctx_error};
+      ctx_ = opf_gpu_launch_ctx{this,
+                                backend_,
+                                isa_.c_str(),
+                                &GpuModule::ctx_kernel,
+                                &GpuModule::ctx_launch,
+                                &GpuModule::ctx_workspace,
+                                &GpuModule::ctx_error};
       return;
     }
     for (const auto& entry_info : op.entries) {
@@ -156,7 +165,8 @@ class GpuModule {
 
   static int supports_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
     GpuModule* m = static_cast<GpuModule*>(self->impl);
-    if (m->launcher_) return m->launcher_->supports ? (m->launcher_->supports(&m->ctx_, call, err, len) == 0 ? 0 : 1) : 0;
+    if (m->launcher_)
+      return m->launcher_->supports ? (m->launcher_->supports(&m->ctx_, call, err, len) == 0 ? 0 : 1) : 0;
     std::string why = m->check(call);
     if (why.empty()) return 0;
     std::snprintf(err, len, "%s", why.c_str());
@@ -272,7 +282,9 @@ class GpuModule {
     return "";
   }
 
-  std::string fail(const std::string& what, int rc) { return op_ + "/" + backend_ + ": " + what + " failed: " + api_.error(rc); }
+  std::string fail(const std::string& what, int rc) {
+    return op_ + "/" + backend_ + ": " + what + " failed: " + api_.error(rc);
+  }
 
   Api& api_;
   typename Api::Module mod_;

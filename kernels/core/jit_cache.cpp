@@ -35,7 +35,8 @@ std::string errno_text(int e) { return std::strerror(e); }
 struct Sha256 {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
   Sha256() {
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("OpenSSL: cannot initialise SHA-256");
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+      throw Error("OpenSSL: cannot initialise SHA-256");
   }
   void update(const void* p, size_t n) { EVP_DigestUpdate(ctx.get(), p, n); }
   std::string hex() {
@@ -102,18 +103,23 @@ std::string host_name() {
 }
 
 bool is_key(const std::string& s) {
-  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit((unsigned char)c) && !std::isupper((unsigned char)c); });
+  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit((unsigned char)c) && !std::isupper((unsigned char)c);
+         });
 }
 
 bool is_name(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '_'; });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '_';
+  });
 }
 
 long long tree_bytes(const fs::path& p) {
   std::error_code ec;
   long long n = 0;
   if (fs::is_regular_file(p, ec)) return (long long)fs::file_size(p, ec);
-  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
     if (it->is_regular_file(ec)) n += (long long)it->file_size(ec);
   return n;
 }
@@ -365,7 +371,8 @@ void write_sidecar(const std::string& dir, const Sidecar& s) {
   o << "],\n  \"sources\": {";
   if (s.key_info)
     for (size_t i = 0; i < s.key_info->sources.size(); ++i)
-      o << (i ? ", " : "") << '"' << json_escape(s.key_info->sources[i].first) << "\": \"" << s.key_info->sources[i].second << '"';
+      o << (i ? ", " : "") << '"' << json_escape(s.key_info->sources[i].first) << "\": \""
+        << s.key_info->sources[i].second << '"';
   o << "}\n}\n";
   const std::string path = dir + "/" + kSidecar, tmp = path + ".tmp";
   {
@@ -374,7 +381,8 @@ void write_sidecar(const std::string& dir, const Sidecar& s) {
     out.flush();
     if (!out) throw Error("cannot write JIT sidecar " + tmp + ": " + errno_text(errno));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write JIT sidecar " + path + ": " + errno_text(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("cannot write JIT sidecar " + path + ": " + errno_text(errno));
 }
 
 // ------------------------------------------------------------------------------------ listing
@@ -384,7 +392,8 @@ std::vector<CacheItem> list_cache(const std::string& root) {
   std::error_code ec;
   auto sorted_dir = [&](const fs::path& p) {
     std::vector<fs::directory_entry> v;
-    for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) v.push_back(*it);
+    for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      v.push_back(*it);
     ec.clear();
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.path() < b.path(); });
     return v;
@@ -401,13 +410,16 @@ std::vector<CacheItem> list_cache(const std::string& root) {
         CacheItem item{e.path().string(), "", op, backend, 0};
         if (e.is_symlink(ec)) continue;
         const bool dir = e.is_directory(ec);
-        auto has_our_sidecar = [&] { return sidecar_field(e.path().string() + "/" + kSidecar, "opforge_cache_entry") == "1"; };
+        auto has_our_sidecar = [&] {
+          return sidecar_field(e.path().string() + "/" + kSidecar, "opforge_cache_entry") == "1";
+        };
         if (dir && is_key(name) && has_our_sidecar()) {
           item.kind = "entry";
-        } else if (dir && name.size() == 39 && name.ends_with(".failed") && is_key(name.substr(0, 32)) && has_our_sidecar()) {
+        } else if (dir && name.size() == 39 && name.ends_with(".failed") && is_key(name.substr(0, 32)) &&
+                   has_our_sidecar()) {
           item.kind = "failed";
-        } else if (dir && name.rfind(".tmp.", 0) == 0 && name.size() > 38 && is_key(name.substr(5, 32)) && name[37] == '.' &&
-                   std::all_of(name.begin() + 38, name.end(), ::isdigit)) {
+        } else if (dir && name.rfind(".tmp.", 0) == 0 && name.size() > 38 && is_key(name.substr(5, 32)) &&
+                   name[37] == '.' && std::all_of(name.begin() + 38, name.end(), ::isdigit)) {
           // a build in progress holds its key's lock; only an abandoned one is listed
           if (!KeyLock::is_free(base + name.substr(5, 32) + ".lock")) continue;
           item.kind = "temp";

@@ -28,9 +28,9 @@ std::string sha256_file(const std::string& path);  // throws opf::Error naming t
 std::vector<std::string> local_sources(const JitSource& src);
 
 struct Key {
-  std::string key;                                            // 32 hex digits
-  std::vector<std::string> inputs;                            // what was hashed besides sources
-  std::vector<std::pair<std::string, std::string>> sources;   // path -> sha256
+  std::string key;                                           // 32 hex digits
+  std::vector<std::string> inputs;                           // what was hashed besides sources
+  std::vector<std::pair<std::string, std::string>> sources;  // path -> sha256
 };
 Key compute_key(const OpInfo& op, const Backend& backend, const JitSource& src);
 
@@ -56,8 +56,8 @@ double lock_timeout_seconds();  // $OPFORGE_LOCK_TIMEOUT, default 300
 
 struct EntryCheck {
   bool valid = false;
-  bool exists = false;       // the entry directory exists (valid or not)
-  std::string problem;       // why an existing entry is not valid
+  bool exists = false;  // the entry directory exists (valid or not)
+  std::string problem;  // why an existing entry is not valid
 };
 EntryCheck check_entry(const std::string& entry_dir, const std::string& artefact_name);
 
@@ -74,7 +74,7 @@ struct Sidecar {
   std::string artefact_sha256;
   double compile_seconds = 0;
   const Key* key_info = nullptr;
-  std::string log;                       // compile log path (failed entries)
+  std::string log;  // compile log path (failed entries)
 };
 void write_sidecar(const std::string& dir, const Sidecar& s);
 // Reads one top-level string or number field of a sidecar we wrote; "" when absent.
@@ -86,7 +86,7 @@ constexpr const char* kLog = "compile.log";
 // For `opforge clean` / `opforge ops`: opforge-made things under a cache root.
 struct CacheItem {
   std::string path;
-  std::string kind;   // "entry", "failed", "temp", "lock"
+  std::string kind;  // "entry", "failed", "temp", "lock"
   std::string op, backend;
   long long bytes = 0;
 };

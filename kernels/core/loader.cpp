@@ -56,7 +56,6 @@ std::string cache_root() {
   throw Error("no cache directory: set OPFORGE_CACHE_DIR (HOME and XDG_CACHE_HOME are unset)");
 }
 
-
 namespace {
 
 bool env_flag(const char* name) {
@@ -87,8 +86,7 @@ std::vector<std::string> tune_defines(const OpInfo& op, bool* overridden) {
     if (const char* e = std::getenv(env.c_str()); e && *e) {
       char* end = nullptr;
       double d = std::strtod(e, &end);
-      if (end == e || *end || !std::isfinite(d))
-        throw Error(env + "='" + e + "' is not a number");
+      if (end == e || *end || !std::isfinite(d)) throw Error(env + "='" + e + "' is not a number");
       if (number_text(d) != v) *overridden = true;
       v = number_text(d);
     }
@@ -110,7 +108,8 @@ detail::JitSource jit_source(const OpInfo& op, std::string_view backend) {
   src.defines = tune_defines(op, &overridden);
   struct stat st;
   if (::stat(src.main_file.c_str(), &st) != 0)
-    throw Error("JIT source " + src.main_file + " of op '" + op.name + "' is missing (set OPFORGE_SOURCE_DIR to the opforge source tree)");
+    throw Error("JIT source " + src.main_file + " of op '" + op.name +
+                "' is missing (set OPFORGE_SOURCE_DIR to the opforge source tree)");
   return src;
 }
 
@@ -121,7 +120,8 @@ bool tuning_overridden(const OpInfo& op) {
 }
 
 // One (entry, storage dtype) pair's source: the op's, with the macros of cpu/storage.h.
-detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry, const std::string& dtype) {
+detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry,
+                              const std::string& dtype) {
   detail::JitSource src = jit_source(op, backend);
   src.defines.push_back("OPF_JIT_ENTRY=\"" + entry + "\"");
   src.defines.push_back("OPF_JIT_STORAGE=OPF_" + upper(dtype));
@@ -220,12 +220,13 @@ struct Loader::Impl {
       // The builder we waited for failed: report its log rather than failing it again silently.
       struct stat st;
       if (::stat((failed + "/" + jit::kSidecar).c_str(), &st) == 0) {
-        const auto mtime = std::chrono::system_clock::time_point(
-            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        const auto mtime =
+            std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
                 std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
         if (mtime >= wait_start - std::chrono::seconds(1))
           throw Error("JIT of " + what + " failed in another process (" +
-                      jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" + jit::kLog);
+                      jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" +
+                      jit::kLog);
       }
     }
 
@@ -300,7 +301,8 @@ struct Loader::Impl {
       s->impl = this;
       s->op = op;
       s->be = &be;
-      s->info = {OPF_ABI_VERSION, s->op.name.c_str(), "cpu", "host (JIT)", &run_specialized, &supports_specialized, s.get()};
+      s->info = {OPF_ABI_VERSION,  s->op.name.c_str(),    "cpu",  "host (JIT)",
+                 &run_specialized, &supports_specialized, s.get()};
     }
     LoadedModule m;
     m.info = &s->info;
@@ -335,7 +337,8 @@ struct Loader::Impl {
         compiled += stats.compiles - before;
       }
     if (matched == 0)
-      throw Error("op '" + s.op.name + "' has no entry '" + std::string(entry) + "' with dtype '" + std::string(dtype) + "'");
+      throw Error("op '" + s.op.name + "' has no entry '" + std::string(entry) + "' with dtype '" + std::string(dtype) +
+                  "'");
     return compiled;
   }
 

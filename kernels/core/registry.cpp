@@ -62,15 +62,13 @@ std::string ParamInfo::format(double v) const {
 std::string ParamInfo::check(double v) const {
   if (std::isnan(v)) return "is NaN";
   switch (type) {
-    case ParamType::boolean:
-      return v == 0 || v == 1 ? "" : "must be true or false";
+    case ParamType::boolean: return v == 0 || v == 1 ? "" : "must be true or false";
     case ParamType::enumeration:
       return v >= 0 && v == std::floor(v) && size_t(v) < choices.size() ? "" : "is not one of its choices";
     case ParamType::i64:
       if (v != std::floor(v) || std::fabs(v) > 0x1p53) return "must be an integer";
       break;
-    case ParamType::f64:
-      break;
+    case ParamType::f64: break;
   }
   if (min_open ? !(v > min) : !(v >= min)) return std::string("must be ") + (min_open ? "> " : ">= ") + format(min);
   if (max_open ? !(v < max) : !(v <= max)) return std::string("must be ") + (max_open ? "< " : "<= ") + format(max);
@@ -131,7 +129,8 @@ ArgDesc& CaseDesc::set(std::string_view name, Shape shape, Fill fill, bool deriv
 
 void CaseDesc::set_list(std::string_view name, const std::vector<Shape>& shapes, Fill fill, bool derived) {
   auto first = std::find_if(args.begin(), args.end(), [&](const ArgDesc& a) { return a.name == name; });
-  if (first == args.end()) throw Error("describe(): '" + std::string(name) + "' is not an argument of entry '" + entry + "'");
+  if (first == args.end())
+    throw Error("describe(): '" + std::string(name) + "' is not an argument of entry '" + entry + "'");
   if (first->list_index < 0) throw Error("argument '" + std::string(name) + "' is not a list: describe it with set");
   ArgDesc proto = *first;
   auto last = std::find_if(first, args.end(), [&](const ArgDesc& a) { return a.name != name; });
@@ -218,8 +217,8 @@ CaseDesc describe_case(const OpInfo& op, std::string_view entry, DType dtype, co
   if (!c.unsupported.empty()) return c;
   for (const ArgDesc& a : c.args)
     if (!a.set)
-      throw Error("ref.cpp of op '" + op.name + "': describe() gave argument '" + a.name + "' of entry '" +
-                  c.entry + "' no shape");
+      throw Error("ref.cpp of op '" + op.name + "': describe() gave argument '" + a.name + "' of entry '" + c.entry +
+                  "' no shape");
   return c;
 }
 

@@ -25,9 +25,7 @@ inline void failf(const char* fmt, ...) {
   opf::module::fail("%s", buf);
 }
 
-inline const char* dtype_str(int32_t t) {
-  return t >= 0 && t < OPF_DTYPE_COUNT ? dtype_name(DType(t)).data() : "?";
-}
+inline const char* dtype_str(int32_t t) { return t >= 0 && t < OPF_DTYPE_COUNT ? dtype_name(DType(t)).data() : "?"; }
 
 inline bool is_float_storage(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
@@ -37,8 +35,7 @@ class Args {
   // The entry's argument and param counts (the manifest's).
   Args(const opf_call* c, int nargs, int nparams) : c_(c) {
     const char* e = c->entry ? c->entry : "";
-    if (c->nargs != nargs || (nargs > 0 && !c->args))
-      failf("%s: expected %d arguments, got %d", e, nargs, c->nargs);
+    if (c->nargs != nargs || (nargs > 0 && !c->args)) failf("%s: expected %d arguments, got %d", e, nargs, c->nargs);
     if (c->nparams != nparams || (nparams > 0 && !c->params))
       failf("%s: expected %d params, got %d", e, nparams, c->nparams);
   }
@@ -78,8 +75,10 @@ class Args {
       if (t.shape[d] < 0)
         failf("%s: argument %d (%s) has negative size %lld in dim %d", entry(), i, name, (long long)t.shape[d], d);
       if (!view && t.shape[d] > 1 && t.strides[d] != expect)
-        failf("%s: argument %d (%s) is not contiguous (stride %lld in dim %d, expected %lld); this op takes dense tensors here",
-              entry(), i, name, (long long)t.strides[d], d, (long long)expect);
+        failf(
+            "%s: argument %d (%s) is not contiguous (stride %lld in dim %d, expected %lld); this op takes dense "
+            "tensors here",
+            entry(), i, name, (long long)t.strides[d], d, (long long)expect);
       expect *= t.shape[d];
     }
   }

@@ -13,13 +13,13 @@
 
 #include "cpu/storage.h"
 
-#define OPF_CPU_TARGET_ENTRIES()                                                      \
-  void RunForward(const Forward& a) {                                                 \
+#define OPF_CPU_TARGET_ENTRIES()                                                            \
+  void RunForward(const Forward& a) {                                                       \
     opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });   \
-  }                                                                                   \
-  void RunBackward(const Backward& a) {                                               \
-    opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });   \
-  }                                                                                   \
+  }                                                                                         \
+  void RunBackward(const Backward& a) {                                                     \
+    opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); }); \
+  }                                                                                         \
   const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 #define OPF_CPU_EXPORT_ENTRIES() \

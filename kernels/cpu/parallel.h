@@ -20,7 +20,8 @@ void parallel_for(const opf_host* host, int64_t ntasks, F&& f) {
     return;
   }
   using Fn = std::remove_reference_t<F>;
-  host->parallel_for(host, ntasks, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &f);
+  host->parallel_for(
+      host, ntasks, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &f);
 }
 
 // Rows per task for row-independent work: tasks of about 256 KiB of traffic, so that small

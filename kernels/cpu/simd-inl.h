@@ -61,8 +61,8 @@ HWY_INLINE hn::Vec<D> LoadWiden(D d, const f16_t* HWY_RESTRICT p) {
   const auto exp = hn::And(o, shifted_exp);
   o = hn::Add(o, hn::Set(du, (127u - 15u) << 23));
   const auto inf_nan = hn::Add(o, hn::Set(du, (128u - 16u) << 23));
-  const auto sub = hn::BitCast(du, hn::Sub(hn::BitCast(d, hn::Add(o, hn::Set(du, 1u << 23))),
-                                           hn::BitCast(d, hn::Set(du, 113u << 23))));
+  const auto sub = hn::BitCast(
+      du, hn::Sub(hn::BitCast(d, hn::Add(o, hn::Set(du, 1u << 23))), hn::BitCast(d, hn::Set(du, 113u << 23))));
   o = hn::IfThenElse(hn::Eq(exp, shifted_exp), inf_nan, o);
   o = hn::IfThenElse(hn::Eq(exp, hn::Zero(du)), sub, o);
   o = hn::Or(o, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))));
@@ -102,16 +102,12 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> RoundBits(D d, hn::Vec<D> v, f16_t*)
   const auto mag = hn::Xor(bits, sign);
   const auto imag = hn::BitCast(di, mag);  // < 2^31: signed compares are safe
   const auto denorm_magic = hn::Set(du, ((127u - 15u) + (23u - 10u) + 1u) << 23);
-  const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, 0x7f800000))),
-                                  hn::Set(du, 0x7e00u),
+  const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, 0x7f800000))), hn::Set(du, 0x7e00u),
                                   hn::Set(du, 0x7c00u));
-  const auto small = hn::Sub(
-      hn::BitCast(du, hn::Add(hn::BitCast(d, mag), hn::BitCast(d, denorm_magic))), denorm_magic);
+  const auto small = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, mag), hn::BitCast(d, denorm_magic))), denorm_magic);
   const auto odd = hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 1u));
-  const auto normal = hn::ShiftRight<13>(
-      hn::Add(hn::Add(mag, hn::Set(du, ((15u - 127u) << 23) + 0xfffu)), odd));
-  auto o = hn::IfThenElse(hn::RebindMask(du, hn::Lt(imag, hn::Set(di, int32_t(113u << 23)))),
-                          small, normal);
+  const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(mag, hn::Set(du, ((15u - 127u) << 23) + 0xfffu)), odd));
+  auto o = hn::IfThenElse(hn::RebindMask(du, hn::Lt(imag, hn::Set(di, int32_t(113u << 23)))), small, normal);
   o = hn::IfThenElse(hn::RebindMask(du, hn::Gt(imag, hn::Set(di, int32_t(143u << 23) - 1))), big, o);
   o = hn::Or(o, hn::ShiftRight<16>(sign));
   return hn::DemoteTo(du16, hn::BitCast(di, o));
@@ -182,7 +178,7 @@ HWY_INLINE void WriteRow(D d, S* HWY_RESTRICT y, size_t n, bool stream, VecF&& v
   if constexpr (sizeof(S) == 2) {
     const hn::Repartition<uint16_t, D> d16;
     const auto pair = [&](size_t k) {
-      const auto a = vec(k);   // (in order: vec may prefetch ahead)
+      const auto a = vec(k);  // (in order: vec may prefetch ahead)
       const auto b = vec(k + N);
       return RoundPair(d, a, b, y);
     };

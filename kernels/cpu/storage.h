@@ -25,10 +25,20 @@ inline float to_f32(float v) { return v; }
 inline float to_f32(f16_t v) { return f16_to_f32(v.bits); }
 inline float to_f32(bf16_t v) { return bf16_to_f32(v.bits); }
 
-template <class S> S from_f32(float v);
-template <> inline float from_f32<float>(float v) { return v; }
-template <> inline f16_t from_f32<f16_t>(float v) { return f16_t{f32_to_f16(v)}; }
-template <> inline bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16(v)}; }
+template <class S>
+S from_f32(float v);
+template <>
+inline float from_f32<float>(float v) {
+  return v;
+}
+template <>
+inline f16_t from_f32<f16_t>(float v) {
+  return f16_t{f32_to_f16(v)};
+}
+template <>
+inline bf16_t from_f32<bf16_t>(float v) {
+  return bf16_t{f32_to_bf16(v)};
+}
 
 // Calls f(S{}) with the storage type of a floating dtype; returns false for other dtypes.
 template <class F>
@@ -95,7 +105,8 @@ void run_storage(int32_t dtype, F&& f) {
   }
   const std::string name = dtype >= 0 && dtype < OPF_DTYPE_COUNT ? std::string(dtype_name(DType(dtype))) : "?";
   module::fail("%s", ("entry '" + std::string(E.view()) + "' has no " + name +
-                      " kernels in this module (a JIT specialization for another entry or dtype?)").c_str());
+                      " kernels in this module (a JIT specialization for another entry or dtype?)")
+                         .c_str());
 }
 
 }  // namespace opf::cpu

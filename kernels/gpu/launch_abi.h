@@ -33,7 +33,7 @@
 #define OPFORGE_GPU_LAUNCH_ABI_H
 
 #define OPF_GPU_MAX_ARGS 12
-#define OPF_GPU_MAX_DIMS 6  /* = OPF_MAX_DIMS (abi.h) */
+#define OPF_GPU_MAX_DIMS 6 /* = OPF_MAX_DIMS (abi.h) */
 #define OPF_GPU_MAX_PARAMS 8
 #define OPF_GPU_MAX_STAGES 4
 
@@ -62,9 +62,9 @@ typedef struct opf_gpu_stage {
 } opf_gpu_stage;
 
 typedef struct opf_gpu_plan {
-  int nstages;           /* 1..OPF_GPU_MAX_STAGES */
-  int workspace_extent;  /* OPF_EXTENT_* */
-  int workspace_mult;    /* workspace bytes = workspace_mult * extent */
+  int nstages;          /* 1..OPF_GPU_MAX_STAGES */
+  int workspace_extent; /* OPF_EXTENT_* */
+  int workspace_mult;   /* workspace bytes = workspace_mult * extent */
   opf_gpu_stage stage[OPF_GPU_MAX_STAGES];
 } opf_gpu_plan;
 

@@ -27,8 +27,8 @@ extern "C" {
 
 typedef struct opf_gpu_launch_ctx {
   void* impl;
-  const char* backend;  /* "cuda" | "hip" (tests: "emu") */
-  const char* arch;     /* "sm_90", "gfx90a", ... */
+  const char* backend; /* "cuda" | "hip" (tests: "emu") */
+  const char* arch;    /* "sm_90", "gfx90a", ... */
   /* The kernel `name` of the op's code object (e.g. "fused_adam_step_f32"); 0 on success. */
   int (*kernel)(void* impl, const char* name, void** fn);
   /* Launches fn on a (gx, gy) grid of `block` threads with `shared` bytes of dynamic shared memory
@@ -45,10 +45,10 @@ typedef struct opf_gpu_launch_ctx {
 typedef int (*opf_gpu_launch_fn)(const opf_gpu_launch_ctx* ctx, const opf_call* call, char* err, size_t err_len);
 
 typedef struct opf_gpu_launcher {
-  uint32_t abi_version;        /* OPF_ABI_VERSION */
-  const char* op;              /* manifest key */
-  opf_gpu_launch_fn run;       /* 0 on success, else a one-line reason in err */
-  opf_gpu_launch_fn supports;  /* may be NULL: everything run() accepts */
+  uint32_t abi_version;       /* OPF_ABI_VERSION */
+  const char* op;             /* manifest key */
+  opf_gpu_launch_fn run;      /* 0 on success, else a one-line reason in err */
+  opf_gpu_launch_fn supports; /* may be NULL: everything run() accepts */
 } opf_gpu_launcher;
 
 typedef const opf_gpu_launcher* (*opf_gpu_launcher_table_fn)(void);
@@ -67,19 +67,21 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a) {
   if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS || !c->args)
     return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " arguments, got " + std::to_string(c->nargs);
   if (c->nparams < 0 || c->nparams > OPF_GPU_MAX_PARAMS || (c->nparams > 0 && !c->params))
-    return "GPU modules take at most " + std::to_string(OPF_GPU_MAX_PARAMS) + " params, got " + std::to_string(c->nparams);
+    return "GPU modules take at most " + std::to_string(OPF_GPU_MAX_PARAMS) + " params, got " +
+           std::to_string(c->nparams);
   for (int i = 0; i < c->nargs; ++i) {
     const opf_arg& arg = c->args[i];
     if (arg.count != 1 || !arg.tensors)
       return "argument " + std::to_string(i) + " must be one tensor (the generic GPU launcher takes no lists), got " +
              std::to_string(arg.count);
     const opf_tensor& t = arg.tensors[0];
-    if (t.ndim < 0 || t.ndim > OPF_GPU_MAX_DIMS) return "argument " + std::to_string(i) + " has " + std::to_string(t.ndim) + " dims";
+    if (t.ndim < 0 || t.ndim > OPF_GPU_MAX_DIMS)
+      return "argument " + std::to_string(i) + " has " + std::to_string(t.ndim) + " dims";
     long long expect = 1;
     for (int d = t.ndim - 1; d >= 0; --d) {
       if (t.shape[d] > 1 && t.strides[d] != expect)
-        return "argument " + std::to_string(i) + " is not contiguous (stride " + std::to_string(t.strides[d]) + " in dim " +
-               std::to_string(d) + ")";
+        return "argument " + std::to_string(i) + " is not contiguous (stride " + std::to_string(t.strides[d]) +
+               " in dim " + std::to_string(d) + ")";
       expect *= t.shape[d];
     }
     a.ptr[i] = t.data;

@@ -90,12 +90,15 @@ TEST(Contract, ThreadPoolRunsEveryTaskOnAtMostItsThreadCount) {
       std::mutex mu;
       std::set<std::thread::id> ids;
     } ctx;
-    h->parallel_for(h, 1000, [](void* p, int64_t i) {
-      auto* c = static_cast<Ctx*>(p);
-      c->hits[size_t(i)]++;
-      std::lock_guard lk(c->mu);
-      c->ids.insert(std::this_thread::get_id());
-    }, &ctx);
+    h->parallel_for(
+        h, 1000,
+        [](void* p, int64_t i) {
+          auto* c = static_cast<Ctx*>(p);
+          c->hits[size_t(i)]++;
+          std::lock_guard lk(c->mu);
+          c->ids.insert(std::this_thread::get_id());
+        },
+        &ctx);
     for (auto& hit : ctx.hits) ASSERT_EQ(hit.load(), 1);
     EXPECT_LE(int(ctx.ids.size()), n);
   }

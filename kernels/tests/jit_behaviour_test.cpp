@@ -58,7 +58,10 @@ class JitTest : public ::testing::Test {
 
   void SetUp() override {
     for (const auto& o : op_table())
-      if (o.has_backend("cpu")) { op = &o; break; }
+      if (o.has_backend("cpu")) {
+        op = &o;
+        break;
+      }
     if (!op) GTEST_SKIP() << "no op with a cpu backend is enabled in this build";
     char tmpl[] = "/tmp/opforge-jit-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -92,13 +95,17 @@ class JitTest : public ::testing::Test {
     set_value(value);
     std::string s = "#include \"opforge/module.h\"\n#include \"test_value.h\"\n";
     if (spin)
-      s += "constexpr long spin() { long x = 0; for (int i = 0; i < " + std::to_string(spin) + "; ++i) for (int j = 0; j < " +
-           std::to_string(spin) + "; ++j) x += (i ^ j) % 7; return x; }\nstatic_assert(spin() > 0);\n";
+      s += "constexpr long spin() { long x = 0; for (int i = 0; i < " + std::to_string(spin) +
+           "; ++i) for (int j = 0; j < " + std::to_string(spin) +
+           "; ++j) x += (i ^ j) % 7; return x; }\nstatic_assert(spin() > 0);\n";
     if (broken) s += "this is not C++;\n";
     // run() returns the value itself (not the ABI's 0/1), so tests can tell builds apart
     s += "extern \"C\" OPF_EXPORT const opf_module_info* opf_module(void) {\n"
-         "  static const opf_module_info info{" + std::to_string(abi) + "u, \"" + op->name + "\", \"cpu\", \"test\",\n"
-         "      [](const opf_module_info*, const opf_call*, char*, size_t) { return OPF_TEST_VALUE; }, nullptr, nullptr};\n"
+         "  static const opf_module_info info{" +
+         std::to_string(abi) + "u, \"" + op->name +
+         "\", \"cpu\", \"test\",\n"
+         "      [](const opf_module_info*, const opf_call*, char*, size_t) { return OPF_TEST_VALUE; }, nullptr, "
+         "nullptr};\n"
          "  return &info;\n}\n";
     write_text(op_dir() / "cpu.cpp", s);
   }
@@ -119,7 +126,8 @@ struct Child {
   std::map<std::string, std::string> fields;  // parsed key=value from stdout
 
   void wait() {
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     stdout_text = read_text(out);
     stderr_text = read_text(err);
     std::istringstream in(stdout_text);
@@ -322,11 +330,13 @@ TEST_F(JitTest, BuilderKilledWithSigkillLeavesNoStaleLock) {
   EXPECT_TRUE(free_now) << "lock " << lock << " is still held after its owner died";
   if (!compiler_alive) std::printf("note: the compiler had already finished; lock inheritance not observed\n");
   ::kill(-c.pid, SIGKILL);  // now stop the orphaned compiler too
-  EXPECT_FALSE(detail::jit::check_entry((cache_dir() / k).string(), "module.so").valid) << "killed too late: entry published";
+  EXPECT_FALSE(detail::jit::check_entry((cache_dir() / k).string(), "module.so").valid)
+      << "killed too late: entry published";
 
   // until the next builder of this key comes, `opforge clean` reports the temp dir as stale
   bool listed = false;
-  for (const auto& item : detail::jit::list_cache(cache.string())) listed |= item.kind == "temp" && item.path == tmpdir.string();
+  for (const auto& item : detail::jit::list_cache(cache.string()))
+    listed |= item.kind == "temp" && item.path == tmpdir.string();
   EXPECT_TRUE(listed) << tmpdir << " not listed as a stale temp dir";
 
   ::setenv("OPFORGE_LOCK_TIMEOUT", "30", 1);
@@ -355,7 +365,8 @@ TEST_F(JitTest, LockTimeoutNamesTheLockAndItsHolder) {
   const std::string err = c.stderr_text;
   EXPECT_NE(err.find("timed out"), std::string::npos) << err;
   EXPECT_NE(err.find(lock.string()), std::string::npos) << "error does not name the lock: " << err;
-  EXPECT_NE(err.find("pid " + std::to_string(::getpid())), std::string::npos) << "error does not name the holder: " << err;
+  EXPECT_NE(err.find("pid " + std::to_string(::getpid())), std::string::npos)
+      << "error does not name the holder: " << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "not a one-line error: " << err;
 }
 
@@ -529,7 +540,8 @@ TEST(JitSource, FpContractPragmaIsRecognisedOnlyWhereItCoversTheWholeFile) {
   EXPECT_FALSE(check("int main() {}\n"));
   for (const auto& o : op_table()) {
     if (!o.has_backend("cpu")) continue;
-    EXPECT_EQ(detail::cpu_jit::source_disables_fp_contract(build::source_root() + "/kernels/ops/" + o.name + "/cpu.cpp"), gcc)
+    EXPECT_EQ(
+        detail::cpu_jit::source_disables_fp_contract(build::source_root() + "/kernels/ops/" + o.name + "/cpu.cpp"), gcc)
         << o.name << "/cpu.cpp lost its leading fp-contract pragma: its JIT gets no precompiled header";
   }
   fs::remove_all(dir);
@@ -639,7 +651,8 @@ TEST_F(JitPchTest, MissingOrStalePchIsNotUsedAndItsContentIsInTheKey) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, tool, nullptr, nullptr, argv.data(), environ), 0);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << tool << " failed";
   const std::string k_rebuilt = key();
   EXPECT_NE(k_rebuilt, k_copy) << "the PCH's content changed, the key did not";

@@ -121,7 +121,8 @@ double run(const std::vector<std::string>& args, double* cpu) {
   pid_t pid = 0;
   if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   *cpu = children_cpu_seconds() - c0;
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? wall : -1;
@@ -203,7 +204,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   }
   for (const OpInfo* op : ops) {
     const LoadedModule m = cold_whole(*op, &whole[op->name]);
-    used_pch[op->name] = read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
+    used_pch[op->name] =
+        read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
     if (no_pch_too) {
       ::setenv("OPFORGE_JIT_PCH", "0", 1);
       cold_whole(*op, &whole_nopch[op->name]);
@@ -213,8 +215,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   L.forget();
   fs::remove_all(tmp);
 
-  std::printf("JIT compile time (median of %d cold compile(s) per pair; min), load average %.2f..%.2f on %ld CPUs:\n", reps,
-              load_lo, load_hi, ::sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("JIT compile time (median of %d cold compile(s) per pair; min), load average %.2f..%.2f on %ld CPUs:\n",
+              reps, load_lo, load_hi, ::sysconf(_SC_NPROCESSORS_ONLN));
   const double y = base.median_wall();
   std::printf("  plain c++ -O2 -shared -fPIC of 50 lines: %.3f s (min %.3f s; CPU %.3f s)\n", y, base.min_wall(),
               base.median_cpu());
@@ -225,7 +227,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
       for (const std::string& dtype : op->dtypes) {
         const std::string key = op->name + " " + e.name + " " + dtype;
         const Sample& s = pair_time[key];
-        std::printf("  %-40s %.3f s (min %.3f s; CPU %.3f s)\n", key.c_str(), s.median_wall(), s.min_wall(), s.median_cpu());
+        std::printf("  %-40s %.3f s (min %.3f s; CPU %.3f s)\n", key.c_str(), s.median_wall(), s.min_wall(),
+                    s.median_cpu());
         if (s.median_wall() > worst) worst = s.median_wall(), worst_pair = e.name + " " + dtype;
       }
     std::printf("cold JIT %s (first call; slowest pair, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
@@ -235,7 +238,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
                 used_pch[op->name] ? "precompiled header" : "no precompiled header", w.median_wall(), w.median_cpu());
     if (no_pch_too)
       std::printf("  whole module without the precompiled header: %.3f s\n", whole_nopch[op->name].median_wall());
-    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): %s\n", 2 * y, worst <= 0.5 || worst <= 2 * y ? "met" : "not met");
+    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): %s\n", 2 * y,
+                worst <= 0.5 || worst <= 2 * y ? "met" : "not met");
   }
 }
 

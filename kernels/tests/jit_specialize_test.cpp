@@ -68,7 +68,9 @@ struct Call {
     mean.assign(size_t(rows), NAN);
     rstd.assign(size_t(rows), NAN);
   }
-  void* p(std::vector<float>& f, std::vector<uint16_t>& h) { return t == DType::f32 ? (void*)f.data() : (void*)h.data(); }
+  void* p(std::vector<float>& f, std::vector<uint16_t>& h) {
+    return t == DType::f32 ? (void*)f.data() : (void*)h.data();
+  }
 
   void forward(const opf_module_info* m) {
     CallBuilder c(*find_op("layer_norm"), "forward");
@@ -184,8 +186,12 @@ TEST_F(JitSpecialize, CallsTheOpRejectsGetTheOpsOwnReason) {
   std::vector<double> x(12, 1.0), g(4, 1.0), b(4, 0.0), y(12, 0.0);
   std::vector<float> mean(3), rstd(3);
   CallBuilder c(*op, "forward");
-  c.add("x", x.data(), DType::f64, {3, 4}).add("gamma", g.data(), DType::f64, {4}).add("beta", b.data(), DType::f64, {4});
-  c.add("y", y.data(), DType::f64, {3, 4}).add("mean", mean.data(), DType::f32, {3}).add("rstd", rstd.data(), DType::f32, {3});
+  c.add("x", x.data(), DType::f64, {3, 4})
+      .add("gamma", g.data(), DType::f64, {4})
+      .add("beta", b.data(), DType::f64, {4});
+  c.add("y", y.data(), DType::f64, {3, 4})
+      .add("mean", mean.data(), DType::f32, {3})
+      .add("rstd", rstd.data(), DType::f32, {3});
   const std::string why = c.supports(m);
   EXPECT_NE(why.find("f32/f16/bf16"), std::string::npos) << why;
   EXPECT_NE(error_of([&] { c.run(m); }).find(why), std::string::npos) << "run and supports disagree";
@@ -204,7 +210,10 @@ TEST_F(JitSpecialize, APairsModuleRefusesAnotherDtypeInsteadOfLeavingOutputsUnto
   Call f16(DType::f16, 7), f32(DType::f32, 7);
   const std::string why = error_of([&] { f16.forward(pair); });
   EXPECT_NE(why.find("entry 'forward' has no f16 kernels in this module"), std::string::npos) << why;
-  const std::string backward = error_of([&] { f32.forward(pair); f32.backward(pair); });
+  const std::string backward = error_of([&] {
+    f32.forward(pair);
+    f32.backward(pair);
+  });
   EXPECT_NE(backward.find("entry 'backward' has no f32 kernels in this module"), std::string::npos) << backward;
   for (float v : f32.y32) EXPECT_TRUE(std::isfinite(v)) << "its own pair still computes";
 }

@@ -71,12 +71,17 @@ void register_all() {
     });
     if (op.is_prebuilt("cpu"))
       benchmark::RegisterBenchmark(("loader/process_prebuilt/" + name).c_str(),
-                                   [name](benchmark::State& st) { for (auto _ : st) run_helper(name, false, st); })
+                                   [name](benchmark::State& st) {
+                                     for (auto _ : st) run_helper(name, false, st);
+                                   })
           ->Unit(benchmark::kMillisecond)
           ->Iterations(20);
     benchmark::RegisterBenchmark(("loader/process_jit_cache/" + name).c_str(),
-                                 [name](benchmark::State& st) { for (auto _ : st) run_helper(name, true, st); })
-        ->Unit(benchmark::kMillisecond)->Iterations(20);
+                                 [name](benchmark::State& st) {
+                                   for (auto _ : st) run_helper(name, true, st);
+                                 })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(20);
   }
 }
 

@@ -95,11 +95,11 @@ TEST_P(SimdConvert, WidenEveryPattern) {
 
 std::vector<float> rounding_inputs() {
   std::vector<uint32_t> u = {
-      0x00000000, 0x80000000, 0x7f800000, 0xff800000,  // zeros, infinities
+      0x00000000, 0x80000000, 0x7f800000, 0xff800000,                          // zeros, infinities
       0x7fc00000, 0xffc00000, 0x7f800001, 0x7fbfffff, 0xff812345, 0x7fffffff,  // quiet/signalling NaNs
-      0x00000001, 0x807fffff, 0x00400000, 0x00800000,  // f32 subnormals, min normal
-      0x7f7fffff, 0xff7fffff,                          // f32 max: bf16 rounds to inf
-      0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff,  // bf16 ties (to even) and neighbours
+      0x00000001, 0x807fffff, 0x00400000, 0x00800000,                          // f32 subnormals, min normal
+      0x7f7fffff, 0xff7fffff,                                                  // f32 max: bf16 rounds to inf
+      0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff,                          // bf16 ties (to even) and neighbours
       0x477fe000, 0x477fefff, 0x477ff000, 0x47800000,  // f16 max 65504, last below inf, first to inf
       0x33800000, 0x33000000, 0x33400000, 0x33c00000,  // f16 min subnormal 2^-24, ties 2^-25, 1.5*2^-25
       0x38800000, 0x387fc000, 0x387fe000,              // f16 min normal and the subnormal/normal tie

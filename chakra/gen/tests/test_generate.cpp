@@ -70,8 +70,10 @@ TEST_P(EveryKind, ValidatesWithoutIssuesAndDrainsInTheSimulator) {
     EXPECT_TRUE(et.type_problems.empty());
     ValidateOptions vo;
     vo.ctrl_dangling_is_error = true;
-    for (const auto& is : validate_graph(et.nodes, vo)) ADD_FAILURE() << "rank " << r << ": " << is.where << ": " << is.problem;
-    for (const auto& is : validate_metadata(et.meta)) ADD_FAILURE() << "rank " << r << ": " << is.where << ": " << is.problem;
+    for (const auto& is : validate_graph(et.nodes, vo))
+      ADD_FAILURE() << "rank " << r << ": " << is.where << ": " << is.problem;
+    for (const auto& is : validate_metadata(et.meta))
+      ADD_FAILURE() << "rank " << r << ": " << is.where << ": " << is.problem;
     SimResult res = simulate(et.nodes, [](const std::string&) {});
     EXPECT_EQ(res.issued, c.nodes) << "rank " << r << ": the simulation stalled";
   }
@@ -112,8 +114,10 @@ TEST(AllTypes, EveryNodeTypeEveryAttributeKindAndEveryNodeField) {
   // every field of the AttributeProto value oneof
   const auto* oneof = ChakraProtoMsg::AttributeProto::descriptor()->FindOneofByName("value");
   ASSERT_TRUE(oneof);
-  for (int f = 0; f < oneof->field_count(); ++f) EXPECT_TRUE(kinds.count(oneof->field(f)->number())) << oneof->field(f)->name();
-  for (int f = 0; f < node_desc->field_count(); ++f) EXPECT_TRUE(fields.count(node_desc->field(f)->name())) << node_desc->field(f)->name();
+  for (int f = 0; f < oneof->field_count(); ++f)
+    EXPECT_TRUE(kinds.count(oneof->field(f)->number())) << oneof->field(f)->name();
+  for (int f = 0; f < node_desc->field_count(); ++f)
+    EXPECT_TRUE(fields.count(node_desc->field(f)->name())) << node_desc->field(f)->name();
 }
 
 TEST(AllTypes, NothingDependsOnAMetadataNode) {
@@ -123,7 +127,7 @@ TEST(AllTypes, NothingDependsOnAMetadataNode) {
   std::set<uint64_t> metadata;
   for (const auto& n : nodes)
     if (n.type() == ChakraProtoMsg::METADATA_NODE) metadata.insert(n.id());
-  EXPECT_EQ(metadata.size(), 8u);   // nodes 0, 7, ..., 49
+  EXPECT_EQ(metadata.size(), 8u);  // nodes 0, 7, ..., 49
   for (const auto& n : nodes) {
     for (uint64_t d : n.data_deps()) EXPECT_FALSE(metadata.count(d)) << n.name();
     for (uint64_t d : n.ctrl_deps()) EXPECT_FALSE(metadata.count(d)) << n.name();
@@ -142,7 +146,7 @@ TEST(AllTypes, SendsAndReceivesPairUpAcrossRanks) {
   TempDir td;
   const uint64_t ranks = 4;
   generate(opts("all-types", 30, ranks, 8), td.file("a"));
-  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sends, recvs;   // (from, to, tag) -> size
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sends, recvs;  // (from, to, tag) -> size
   for (uint64_t r = 0; r < ranks; ++r)
     for (const auto& n : nodes_of(td.file("a." + std::to_string(r) + ".et"))) {
       if (n.type() == ChakraProtoMsg::COMM_SEND_NODE)
@@ -150,7 +154,7 @@ TEST(AllTypes, SendsAndReceivesPairUpAcrossRanks) {
       if (n.type() == ChakraProtoMsg::COMM_RECV_NODE)
         recvs[{int_attr(n, "comm_src"), int64_t(r), int_attr(n, "comm_tag")}] = int_attr(n, "comm_size");
     }
-  EXPECT_EQ(sends.size(), ranks * 4);   // nodes 4, 11, 18, 25 per rank
+  EXPECT_EQ(sends.size(), ranks * 4);  // nodes 4, 11, 18, 25 per rank
   EXPECT_EQ(sends, recvs);
 }
 
@@ -198,7 +202,7 @@ TEST(Dag, DepsPointBackwardWithinTheWindowAndSomeCtrlDeps) {
     ctrl += n.ctrl_deps_size() > 0;
     multi += n.data_deps_size() > 1;
   }
-  EXPECT_GT(ctrl, 300u);   // about a quarter
+  EXPECT_GT(ctrl, 300u);  // about a quarter
   EXPECT_LT(ctrl, 700u);
   EXPECT_GT(multi, 500u);
 }

@@ -20,8 +20,7 @@ std::string traces_dir() {
 }
 
 std::filesystem::path scratch_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("opf_chakra_link_" + name + "_" + std::to_string(::getpid()));
+  auto p = std::filesystem::temp_directory_path() / ("opf_chakra_link_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
@@ -47,7 +46,8 @@ std::string json_diff(simdjson::dom::element a, simdjson::dom::element b, const 
   switch (a.type()) {
     case element_type::ARRAY: {
       auto x = simdjson::dom::array(a), y = simdjson::dom::array(b);
-      if (x.size() != y.size()) return path + ": length " + std::to_string(x.size()) + " vs " + std::to_string(y.size());
+      if (x.size() != y.size())
+        return path + ": length " + std::to_string(x.size()) + " vs " + std::to_string(y.size());
       size_t i = 0;
       auto yi = y.begin();
       for (auto xv : x) {
@@ -60,7 +60,8 @@ std::string json_diff(simdjson::dom::element a, simdjson::dom::element b, const 
     }
     case element_type::OBJECT: {
       auto x = simdjson::dom::object(a), y = simdjson::dom::object(b);
-      if (x.size() != y.size()) return path + ": " + std::to_string(x.size()) + " vs " + std::to_string(y.size()) + " keys";
+      if (x.size() != y.size())
+        return path + ": " + std::to_string(x.size()) + " vs " + std::to_string(y.size()) + " keys";
       auto yi = y.begin();
       for (auto xf : x) {
         if (xf.key != yi.key()) return path + ": key '" + std::string(xf.key) + "' vs '" + std::string(yi.key()) + "'";
@@ -70,7 +71,9 @@ std::string json_diff(simdjson::dom::element a, simdjson::dom::element b, const 
       }
       return "";
     }
-    case element_type::INT64: return int64_t(a) == int64_t(b) ? "" : path + ": " + std::to_string(int64_t(a)) + " vs " + std::to_string(int64_t(b));
+    case element_type::INT64:
+      return int64_t(a) == int64_t(b) ? ""
+                                      : path + ": " + std::to_string(int64_t(a)) + " vs " + std::to_string(int64_t(b));
     case element_type::UINT64: return uint64_t(a) == uint64_t(b) ? "" : path + ": uint differs";
     case element_type::DOUBLE: {
       std::ostringstream s;
@@ -79,7 +82,9 @@ std::string json_diff(simdjson::dom::element a, simdjson::dom::element b, const 
       return double(a) == double(b) ? "" : path + ": " + s.str();
     }
     case element_type::STRING:
-      return std::string_view(a) == std::string_view(b) ? "" : path + ": '" + std::string(std::string_view(a)) + "' vs '" + std::string(std::string_view(b)) + "'";
+      return std::string_view(a) == std::string_view(b)
+                 ? ""
+                 : path + ": '" + std::string(std::string_view(a)) + "' vs '" + std::string(std::string_view(b)) + "'";
     case element_type::BOOL: return bool(a) == bool(b) ? "" : path + ": bool differs";
     case element_type::NULL_VALUE: return "";
   }

@@ -16,7 +16,7 @@ std::string traces_dir();
 // A fresh empty directory under the build's temp space, removed by the caller if wanted.
 std::filesystem::path scratch_dir(const std::string& name);
 
-std::string read_text(const std::filesystem::path& p);   // decompresses .gz
+std::string read_text(const std::filesystem::path& p);  // decompresses .gz
 void write_text(const std::filesystem::path& p, const std::string& s);
 void write_gzip(const std::filesystem::path& p, const std::string& s);
 

@@ -49,10 +49,8 @@ std::vector<PyNum> literal(const std::vector<TimedOp>& ops, TieOrder order) {
     if (!regions.empty()) merged.push_back(regions[0]);
     for (auto& cur : regions) {
       auto& prev = merged.back();
-      if (cur.first <= prev.second)
-        prev.second = cur.second > prev.second ? cur.second : prev.second;
-      else
-        merged.push_back(cur);
+      if (cur.first <= prev.second) prev.second = cur.second > prev.second ? cur.second : prev.second;
+      else merged.push_back(cur);
     }
     for (auto& [s, e] : merged) excl = py_sub(excl, py_sub(e, s));
     out[idx[i]] = excl;
@@ -78,7 +76,8 @@ TEST(ExclusiveTime, EqualTsTieQuirkOnlyInReferenceOrder) {
   // parent [0,10] and child [0,4] start together; grandchild [1,3]
   std::vector<TimedOp> ops = {{I(0), I(10), 0}, {I(0), I(4), 1}, {I(1), I(2), 2}};
   auto ref = run(ops, TieOrder::reference);
-  EXPECT_TRUE(same(ref[0], I(8))) << "reference: child sorts first, only the grandchild is subtracted: " << show(ref[0]);
+  EXPECT_TRUE(same(ref[0], I(8))) << "reference: child sorts first, only the grandchild is subtracted: "
+                                  << show(ref[0]);
   EXPECT_TRUE(same(ref[1], I(2)));
   auto fixed = run(ops, TieOrder::parent_first);
   EXPECT_TRUE(same(fixed[0], I(6))) << show(fixed[0]);
@@ -87,7 +86,7 @@ TEST(ExclusiveTime, EqualTsTieQuirkOnlyInReferenceOrder) {
 
 TEST(ExclusiveTime, TouchingAndPartialOverlap) {
   // touching siblings merge into one region; B only partially overlaps A but C is inside both
-  std::vector<TimedOp> ops = {{I(0), I(100), 0}, {I(10), I(10), 1}, {I(20), I(10), 2},
+  std::vector<TimedOp> ops = {{I(0), I(100), 0},  {I(10), I(10), 1},  {I(20), I(10), 2},
                               {I(200), I(10), 3}, {I(205), I(15), 4}, {I(206), I(2), 5}};
   auto r = run(ops, TieOrder::reference);
   EXPECT_TRUE(same(r[0], I(80))) << show(r[0]);
@@ -132,7 +131,7 @@ TEST(ExclusiveTime, MatchesLiteralReferenceOnRandomTraces) {
     const bool floats = trial % 2, nested = trial % 3 != 0;
     std::vector<TimedOp> ops;
     const int n = 1 + int(rng() % 120);
-    if (nested) {   // a real-looking call tree with many equal starts and touching siblings
+    if (nested) {  // a real-looking call tree with many equal starts and touching siblings
       std::vector<std::pair<int64_t, int64_t>> stack = {{0, 1000}};
       int64_t t = 0;
       for (int i = 0; i < n; ++i) {
@@ -144,7 +143,7 @@ TEST(ExclusiveTime, MatchesLiteralReferenceOnRandomTraces) {
         stack.push_back({t, t + dur});
         if (rng() % 2) t += int64_t(rng() % 3);
       }
-    } else {   // arbitrary overlapping intervals
+    } else {  // arbitrary overlapping intervals
       for (int i = 0; i < n; ++i) ops.push_back({I(int64_t(rng() % 60)), I(int64_t(rng() % 30)), uint32_t(i)});
     }
     if (floats)
@@ -157,7 +156,7 @@ TEST(ExclusiveTime, MatchesLiteralReferenceOnRandomTraces) {
       int64_t neg = -1;
       auto got = compute_exclusive(ops, order, neg);
       for (size_t i = 0; i < ops.size(); ++i) {
-        if (order == TieOrder::parent_first && want[i].negative()) continue;   // clamped by design
+        if (order == TieOrder::parent_first && want[i].negative()) continue;  // clamped by design
         ASSERT_TRUE(same(got[i], want[i])) << "seed " << seed << " trial " << trial << " op " << i << ": got "
                                            << show(got[i]) << ", reference " << show(want[i]);
       }

@@ -29,7 +29,7 @@ const std::string kLaunch2 =
 
 struct Bad {
   const char* name;
-  std::string kineto_text;   // written as-is (see gz flags)
+  std::string kineto_text;  // written as-is (see gz flags)
   bool gzip = false;
   bool corrupt_gz = false;
   std::string host_text = kHost;
@@ -87,31 +87,37 @@ INSTANTIATE_TEST_SUITE_P(
     Malformed, LinkBadInput,
     ::testing::Values(
         Bad{"truncated_in_string", kGood.substr(0, kGood.size() / 2), false, false, kHost, "", "truncated"},
-        Bad{"truncated_after_event", kGood.substr(0, kGood.find("},") + 2), false, false, kHost, "end of file", "truncated"},
+        Bad{"truncated_after_event", kGood.substr(0, kGood.find("},") + 2), false, false, kHost, "end of file",
+            "truncated"},
         Bad{"not_json", "this is a text file, not JSON\n", false, false, kHost, "byte", "JSON"},
-        Bad{"no_trace_events", R"({"schemaVersion": 1, "deviceProperties": []})", false, false, kHost, "", "traceEvents"},
-        Bad{"trace_events_not_array", R"({"traceEvents": {"a": 1}})", false, false, kHost, "traceEvents", "not an array"},
+        Bad{"no_trace_events", R"({"schemaVersion": 1, "deviceProperties": []})", false, false, kHost, "",
+            "traceEvents"},
+        Bad{"trace_events_not_array", R"({"traceEvents": {"a": 1}})", false, false, kHost, "traceEvents",
+            "not an array"},
         Bad{"event_not_object", kineto(kCpu + ", 17"), false, false, kHost, "event #1", "not a JSON object"},
         Bad{"duplicate_correlation", kineto(kCpu + "," + kLaunch1 + "," + kLaunch2), false, false, kHost, "event #2",
             "duplicate correlation id 42"},
         Bad{"negative_dur",
             kineto(R"({"ph": "X", "cat": "cpu_op", "name": "aten::mul", "tid": 7, "ts": 100, "dur": -5, "args": {}})"),
             false, false, kHost, "event #0", "negative \"dur\""},
-        Bad{"corrupt_gz", "", false, true, kHost, "", "gzip"},
-        Bad{"empty", "", false, false, kHost, "", "empty file"},
+        Bad{"corrupt_gz", "", false, true, kHost, "", "gzip"}, Bad{"empty", "", false, false, kHost, "", "empty file"},
         Bad{"huge_int",
-            kineto(R"({"ph": "X", "cat": "cpu_op", "name": "x", "tid": 7, "ts": 123456789012345678901234567890, "dur": 1, "args": {}})"),
+            kineto(
+                R"({"ph": "X", "cat": "cpu_op", "name": "x", "tid": 7, "ts": 123456789012345678901234567890, "dur": 1, "args": {}})"),
             false, false, kHost, "event #0", "64 bits"},
         Bad{"external_id_not_int",
-            kineto(R"({"ph": "X", "cat": "cpu_op", "name": "x", "tid": 7, "ts": 1, "dur": 1, "args": {"External id": "abc"}})"),
+            kineto(
+                R"({"ph": "X", "cat": "cpu_op", "name": "x", "tid": 7, "ts": 1, "dur": 1, "args": {"External id": "abc"}})"),
             false, false, kHost, "event #0", "External id"},
         Bad{"ts_not_number",
             kineto(R"({"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": "soon", "dur": 1, "args": {}})"), false,
             false, kHost, "event #0", "\"ts\""},
         Bad{"host_truncated", kGood, false, false, std::string(kHost).substr(0, 300), "", "truncated", true},
         Bad{"host_truncated_after_node", kGood, false, false,
-            std::string(kHost).substr(0, std::string(kHost).find("},\n {\"id\": 3") + 2), "end of file", "truncated", true},
-        Bad{"host_no_nodes", kGood, false, false, R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1})", "", "no \"nodes\"", true},
+            std::string(kHost).substr(0, std::string(kHost).find("},\n {\"id\": 3") + 2), "end of file", "truncated",
+            true},
+        Bad{"host_no_nodes", kGood, false, false, R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1})", "", "no \"nodes\"",
+            true},
         Bad{"host_node_without_id", kGood, false, false, R"({"nodes": [{"name": "a"}]})", "node #0", "no \"id\"", true},
         Bad{"host_duplicate_id", kGood, false, false, R"({"nodes": [{"id": 4, "name": "a"}, {"id": 4, "name": "b"}]})",
             "node #1", "duplicate node id 4", true}),

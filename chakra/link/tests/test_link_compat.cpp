@@ -42,12 +42,13 @@ TEST_P(LinkCompat, SameGraphAndBytesAsReference) {
   std::filesystem::remove_all(out.parent_path());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Reference, LinkCompat,
-    ::testing::Values(Case{"mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", "synthetic-linked/c102_kineto_synth.json.gz",
-                           "synthetic-linked/c102_linked.ref.json.gz", 303, 40},
-                      Case{"facebookresearch-param/resnet_et.json.gz", "synthetic-linked/resnet_kineto_synth.json.gz",
-                           "synthetic-linked/resnet_linked.ref.json.gz", 16621, 2229}));
+INSTANTIATE_TEST_SUITE_P(Reference, LinkCompat,
+                         ::testing::Values(Case{"mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz",
+                                                "synthetic-linked/c102_kineto_synth.json.gz",
+                                                "synthetic-linked/c102_linked.ref.json.gz", 303, 40},
+                                           Case{"facebookresearch-param/resnet_et.json.gz",
+                                                "synthetic-linked/resnet_kineto_synth.json.gz",
+                                                "synthetic-linked/resnet_linked.ref.json.gz", 16621, 2229}));
 
 // Default mode differs from the reference only where the reference is buggy; on this pair
 // (float timestamps, no ties, no dangling parents) the graph must be the same.

@@ -60,7 +60,7 @@ void check_graph(const std::string& path, const LinkStats& st, bool flat_parent)
     simdjson::dom::element dep;
     std::string_view is_gpu;
     if (!n["inter_thread_dep"].get(dep) && !dep.is_null()) {
-      if (n["cat"].get(is_gpu)) ++itd;   // GPU copies repeat their launcher's dependency
+      if (n["cat"].get(is_gpu)) ++itd;  // GPU copies repeat their launcher's dependency
       EXPECT_TRUE(by_id.count(int64_t(dep)) && int64_t(dep) < id) << "node " << id;
     }
     std::string_view cat;
@@ -112,17 +112,17 @@ TEST_P(ExternalIdPairs, LinkThroughExternalId) {
   std::filesystem::remove_all(scratch);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    SameRun, ExternalIdPairs,
-    ::testing::Values(
-        // several iterations in Kineto, one in the ET: the earliest iteration whose names agree
-        Pair{"linear", "facebookresearch-param/linear_et.json.gz", "facebookresearch-param/linear_kineto.json.gz", "",
-             850, 150},
-        Pair{"dlrm", "facebookresearch-param/dlrm_eg_0.json.gz",
-             "facebookresearch-param/dlrm_worker0_step_12.1694128201545.pt.trace.json.gz", "host tid 1: +1", 1250, 150},
-        Pair{"simple_add", "facebookresearch-hta/benchmark_simple_add_et.json.gz",
-             "facebookresearch-hta/benchmark_simple_add_trace.json.gz", "host tid 1: +0", 36, 4}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(SameRun, ExternalIdPairs,
+                         ::testing::Values(
+                             // several iterations in Kineto, one in the ET: the earliest iteration whose names agree
+                             Pair{"linear", "facebookresearch-param/linear_et.json.gz",
+                                  "facebookresearch-param/linear_kineto.json.gz", "", 850, 150},
+                             Pair{"dlrm", "facebookresearch-param/dlrm_eg_0.json.gz",
+                                  "facebookresearch-param/dlrm_worker0_step_12.1694128201545.pt.trace.json.gz",
+                                  "host tid 1: +1", 1250, 150},
+                             Pair{"simple_add", "facebookresearch-hta/benchmark_simple_add_et.json.gz",
+                                  "facebookresearch-hta/benchmark_simple_add_trace.json.gz", "host tid 1: +0", 36, 4}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(LinkPaths, RelativePathsWork) {
   const std::string dir = test::traces_dir();

@@ -99,9 +99,10 @@ TEST(LinkModes, ConvertAccountsForTheLinkedSyncDep) {
   std::string host = kHost;
   const std::string tid = R"({"name": "tid", "type": "uint64", "value": 1})";
   for (size_t at = host.find(tid); at != std::string::npos; at = host.find(tid, at + 1))
-    host.insert(at, R"({"name": "fw_parent", "type": "uint64", "value": 0}, {"name": "seq_id", "type": "int64", "value": -1}, )"
-                    R"({"name": "scope", "type": "uint64", "value": 0}, {"name": "fw_tid", "type": "uint64", "value": 0}, )"
-                    R"({"name": "op_schema", "type": "string", "value": ""}, )"),
+    host.insert(
+        at, R"({"name": "fw_parent", "type": "uint64", "value": 0}, {"name": "seq_id", "type": "int64", "value": -1}, )"
+            R"({"name": "scope", "type": "uint64", "value": 0}, {"name": "fw_tid", "type": "uint64", "value": 0}, )"
+            R"({"name": "op_schema", "type": "string", "value": ""}, )"),
         at = host.find(tid, at);
   Linked l("modes_convert", host, kKineto, false);
   ASSERT_EQ(l.st.sync_dep_nodes, 1u);
@@ -145,10 +146,11 @@ TEST(LinkModes, ParentsThatAreNotNodes) {
 // subtracted from it by default but not in compat (the reference's tie quirk). Also a HIP
 // launch and a string tid.
 TEST(LinkModes, EqualStartTieAndHipLaunch) {
-  const std::string host = std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
-                           node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" +
-                           node(3, "parent", "2", 1) + ",\n" + node(4, "child", "3", 2) + ",\n" +
-                           node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) + R"(], "finish_ts": 9})";
+  const std::string host =
+      std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
+      node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" + node(3, "parent", "2", 1) + ",\n" +
+      node(4, "child", "3", 2) + ",\n" + node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) +
+      R"(], "finish_ts": 9})";
   const std::string kineto = R"({"traceEvents": [
 {"ph": "X", "cat": "cpu_op", "name": "parent", "tid": "main", "ts": 100, "dur": 10, "args": {"External id": 1, "Record function id": 1}},
 {"ph": "X", "cat": "cpu_op", "name": "child", "tid": "main", "ts": 100, "dur": 4, "args": {"External id": 2, "Record function id": 2}},
@@ -172,10 +174,11 @@ TEST(LinkModes, EqualStartTieAndHipLaunch) {
 // Kineto ops recorded while the ET observer was off carry `Record function id: 0`; the reference
 // pairs every host node with rf_id 0 with the last of them (last writer wins, docs/chakra.md §4.1/§8).
 TEST(LinkModes, RecordFunctionIdZeroMatchesNothingByDefault) {
-  const std::string host = std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
-                           node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" +
-                           node(3, "aten::a", "2", 5) + ",\n" + node(4, "aten::b", "2", 0) + ",\n" +
-                           node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) + R"(], "finish_ts": 9})";
+  const std::string host =
+      std::string(R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "nodes": [)") +
+      node(2, "[pytorch|profiler|execution_trace|thread]", "1", 0) + ",\n" + node(3, "aten::a", "2", 5) + ",\n" +
+      node(4, "aten::b", "2", 0) + ",\n" + node(1, "[pytorch|profiler|execution_trace|process]", "1", 0) +
+      R"(], "finish_ts": 9})";
   const std::string kineto = R"({"traceEvents": [
 {"ph": "X", "cat": "cpu_op", "name": "aten::a", "tid": 7, "ts": 10, "dur": 5, "args": {"External id": 1, "Record function id": 5}},
 {"ph": "X", "cat": "cpu_op", "name": "aten::x", "tid": 7, "ts": 20, "dur": 5, "args": {"External id": 2, "Record function id": 0}},

@@ -42,7 +42,8 @@ TEST(ScaleSynth, ReplicatedTraceLinksCompletely) {
   EXPECT_EQ(rfs.size(), 3u * 261u) << "every non-root op keeps a unique rf_id";
   for (auto& [id, par] : parent) EXPECT_TRUE(ids.count(par)) << "node " << id << " lost its parent " << par;
 
-  const auto k1 = (scratch / "k1.json").string(), k1b = (scratch / "k1b.json").string(), k2 = (scratch / "k2.json").string();
+  const auto k1 = (scratch / "k1.json").string(), k1b = (scratch / "k1b.json").string(),
+             k2 = (scratch / "k2.json").string();
   SynthStats s1 = synth_kineto(scaled, k1, 7);
   synth_kineto(scaled, k1b, 7);
   synth_kineto(scaled, k2, 8);

@@ -15,11 +15,12 @@ namespace {
 using test::TempDir;
 
 const std::string kGood = "conv\t-1\t5\tNONE\t0\t6\tNONE\t0\t7\tALLREDUCE\t64\t1\n";
-const std::string kDlrm = "HYBRID_DLRM 2\n4\n"
-                          "emb -1 1 ALLTOALL 8 1 ALLTOALL 8 1 NONE 0 1\n"
-                          "bot -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n"
-                          "mid -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n"
-                          "top -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n";
+const std::string kDlrm =
+    "HYBRID_DLRM 2\n4\n"
+    "emb -1 1 ALLTOALL 8 1 ALLTOALL 8 1 NONE 0 1\n"
+    "bot -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n"
+    "mid -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n"
+    "top -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n";
 
 std::string replace(std::string s, const std::string& from, const std::string& to) {
   size_t p = s.find(from);
@@ -30,7 +31,7 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 struct BadText {
   std::string name;
   std::string text;
-  std::string expect;   // what the message must contain after "FILE"
+  std::string expect;  // what the message must contain after "FILE"
   bool compat = false;
 };
 
@@ -46,29 +47,44 @@ std::vector<BadText> bad_texts() {
       {"count_not_integer_compat", "DATA\nsix\n" + kGood, ":2: layer count 'six' is not an integer", true},
       {"count_with_more", "DATA\n1 2\n" + kGood, ":2: expected the layer count alone"},
       {"no_layers", "DATA\n0\n", ":2: no layer lines"},
-      {"too_few_columns", "DATA\n1\nconv -1 5 NONE 0 6 NONE 0 7 ALLREDUCE 64\n", ":3: a layer needs 12 whitespace-separated columns, found 11"},
+      {"too_few_columns", "DATA\n1\nconv -1 5 NONE 0 6 NONE 0 7 ALLREDUCE 64\n",
+       ":3: a layer needs 12 whitespace-separated columns, found 11"},
       {"too_few_columns_compat", "DATA\n1\nconv -1 5 NONE 0\n", ":3: a layer needs 12", true},
       {"blank_layer_line_compat", "DATA\n1\n" + kGood + "\n", ":4: blank line where a layer is expected", true},
       {"not_a_number", "DATA\n1\n" + replace(kGood, "\t5\t", "\t5us\t"), ":3: column 3 (forward compute time): '5us'"},
-      {"not_a_number_compat", "DATA\n1\n" + replace(kGood, "\t64\t", "\t6.4\t"), ":3: column 11 (weight-gradient comm size): '6.4' is not an integer", true},
-      {"negative_time", "DATA\n1\n" + replace(kGood, "\t6\t", "\t-6\t"), ":3: column 6 (input-gradient compute time): '-6'"},
-      {"plus_sign", "DATA\n1\n" + replace(kGood, "\t7\t", "\t+7\t"), ":3: column 9 (weight-gradient compute time): '+7'"},
-      {"underscore_digits", "DATA\n1\n" + replace(kGood, "\t64\t", "\t6_4\t"), ":3: column 11 (weight-gradient comm size): '6_4'"},
+      {"not_a_number_compat", "DATA\n1\n" + replace(kGood, "\t64\t", "\t6.4\t"),
+       ":3: column 11 (weight-gradient comm size): '6.4' is not an integer", true},
+      {"negative_time", "DATA\n1\n" + replace(kGood, "\t6\t", "\t-6\t"),
+       ":3: column 6 (input-gradient compute time): '-6'"},
+      {"plus_sign", "DATA\n1\n" + replace(kGood, "\t7\t", "\t+7\t"),
+       ":3: column 9 (weight-gradient compute time): '+7'"},
+      {"underscore_digits", "DATA\n1\n" + replace(kGood, "\t64\t", "\t6_4\t"),
+       ":3: column 11 (weight-gradient comm size): '6_4'"},
       {"beyond_int64", "DATA\n1\n" + replace(kGood, "\t64\t", "\t9223372036854775808\t"), ":3: column 11"},
-      {"beyond_int64_compat", "DATA\n1\n" + replace(kGood, "\t64\t", "\t9223372036854775808\t"), ":3: comm size 9223372036854775808 does not fit", true},
-      {"negative_time_compat", "DATA\n1\n" + replace(kGood, "\t7\t", "\t-7\t"), ":3: BWD_WG compute time -7 does not fit", true},
+      {"beyond_int64_compat", "DATA\n1\n" + replace(kGood, "\t64\t", "\t9223372036854775808\t"),
+       ":3: comm size 9223372036854775808 does not fit", true},
+      {"negative_time_compat", "DATA\n1\n" + replace(kGood, "\t7\t", "\t-7\t"),
+       ":3: BWD_WG compute time -7 does not fit", true},
       {"update_not_a_number", "DATA\n1\n" + replace(kGood, "\t1\n", "\tx\n"), ":3: column 12 (update time): 'x'"},
-      {"unknown_comm_type", "DATA\n1\n" + replace(kGood, "ALLREDUCE", "ALLREDUC"), ":3: column 10 (weight-gradient comm type): unknown comm type 'ALLREDUC'"},
+      {"unknown_comm_type", "DATA\n1\n" + replace(kGood, "ALLREDUCE", "ALLREDUC"),
+       ":3: column 10 (weight-gradient comm type): unknown comm type 'ALLREDUC'"},
       {"duplicate_layer_name", "DATA\n2\n" + kGood + "\n" + kGood, ":5: layer name 'conv' is already used on line 3"},
       {"invalid_utf8", "DATA\n1\n" + replace(kGood, "conv", "c\xff"), ":3: not valid UTF-8"},
       {"invalid_utf8_compat", "DATA\r\n1\r\n" + replace(kGood, "conv", "c\xc0\x80"), ":3: not valid UTF-8", true},
-      {"dlrm_missing_last_bottom", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM"), ":1: HYBRID_DLRM needs the last bottom layer"},
-      {"dlrm_missing_last_bottom_compat", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM"), ":1: HYBRID_DLRM needs the last bottom layer", true},
-      {"dlrm_last_bottom_zero", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 0"), ":1: last bottom layer 0 must be between 1 and"},
-      {"dlrm_last_bottom_zero_compat", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 0"), ":3: the reference converter fails here", true},
-      {"dlrm_last_bottom_too_large", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 3"), ":1: last bottom layer 3 must be between 1 and"},
-      {"dlrm_embedding_not_alltoall", replace(kDlrm, "1 ALLTOALL 8 1 ALLTOALL", "1 ALLREDUCE 8 1 ALLTOALL"), ":3: the embedding layer's forward comm must be ALLTOALL"},
-      {"dlrm_embedding_not_alltoall_compat", replace(kDlrm, "1 ALLTOALL 8 1 ALLTOALL", "1 ALLREDUCE 8 1 ALLTOALL"), ":5: the reference converter fails here", true},
+      {"dlrm_missing_last_bottom", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM"),
+       ":1: HYBRID_DLRM needs the last bottom layer"},
+      {"dlrm_missing_last_bottom_compat", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM"),
+       ":1: HYBRID_DLRM needs the last bottom layer", true},
+      {"dlrm_last_bottom_zero", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 0"),
+       ":1: last bottom layer 0 must be between 1 and"},
+      {"dlrm_last_bottom_zero_compat", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 0"),
+       ":3: the reference converter fails here", true},
+      {"dlrm_last_bottom_too_large", replace(kDlrm, "HYBRID_DLRM 2", "HYBRID_DLRM 3"),
+       ":1: last bottom layer 3 must be between 1 and"},
+      {"dlrm_embedding_not_alltoall", replace(kDlrm, "1 ALLTOALL 8 1 ALLTOALL", "1 ALLREDUCE 8 1 ALLTOALL"),
+       ":3: the embedding layer's forward comm must be ALLTOALL"},
+      {"dlrm_embedding_not_alltoall_compat", replace(kDlrm, "1 ALLTOALL 8 1 ALLTOALL", "1 ALLREDUCE 8 1 ALLTOALL"),
+       ":5: the reference converter fails here", true},
   };
 }
 
@@ -91,7 +107,8 @@ TEST_P(BadWorkload, OneLineNamingFileLineAndProblemAndNoOutput) {
   EXPECT_EQ(std::system(("test \"$(ls -A '" + td.path() + "')\" = w.txt").c_str()), 0) << "files written";
 }
 
-INSTANTIATE_TEST_SUITE_P(FromText, BadWorkload, ::testing::ValuesIn(bad_texts()), [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(FromText, BadWorkload, ::testing::ValuesIn(bad_texts()),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(FromText, DlrmLastBottomBeyondTheLayersIsSilentInTheReferenceAndAnErrorByDefault) {
   TempDir td;
@@ -166,10 +183,9 @@ TEST_F(Cli, MalformedLineExitsTwoWithOneLineAndNoFiles) {
 TEST_F(Cli, UnsupportedTypeAndBadOptionsExitTwo) {
   TempDir td;
   std::string tr = test::workload_txt("Transformer_HybridParallel");
-  for (const std::string& args : {tr + " --npus 2 --compat reference", tr + " --npus 2",
-                                  test::workload_txt("microAllReduce") + " --npus 0",
-                                  test::workload_txt("microAllReduce") + " --npus 1 --compat bogus",
-                                  td.file("missing.txt") + " --npus 1"}) {
+  for (const std::string& args :
+       {tr + " --npus 2 --compat reference", tr + " --npus 2", test::workload_txt("microAllReduce") + " --npus 0",
+        test::workload_txt("microAllReduce") + " --npus 1 --compat bogus", td.file("missing.txt") + " --npus 1"}) {
     CliRun r = run_cli("chakra from-text " + args + " -o " + td.file("out"));
     EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -183,7 +199,8 @@ TEST_F(Cli, WritesEveryNpuFileAndWarningsDoNotFail) {
   test::write_file(td.file("w.txt"), "DATA\n1\n" + replace(kGood, "NONE\t0\t6", "ALLGATHER\t8\t6"));
   CliRun r = run_cli("chakra from-text " + td.file("w.txt") + " --npus 3 --passes 2 -o " + td.file("out"));
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("warning: " + td.file("w.txt") + ":3: forward comm ALLGATHER is ignored"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning: " + td.file("w.txt") + ":3: forward comm ALLGATHER is ignored"), std::string::npos)
+      << r.err;
   for (int k = 0; k < 3; ++k) EXPECT_TRUE(test::exists(td.file("out." + std::to_string(k) + ".et")));
   EXPECT_FALSE(test::exists(td.file("out.3.et")));
 }

@@ -83,8 +83,9 @@ TEST(DefaultMode, IdsStartAtZeroInEveryNpuFile) {
 
 TEST(DefaultMode, NoCommNodeForNoneAndDependentsWaitForItsProducer) {
   TempDir td;
-  std::string in = write_workload(td, "d.txt", "DATA\n2\n" + layer("a", "10 NONE 0", "11 NONE 0", "12 ALLREDUCE 64") +
-                                                   layer("b", "20 NONE 0", "21 NONE 0", "22 NONE 0"));
+  std::string in = write_workload(td, "d.txt",
+                                  "DATA\n2\n" + layer("a", "10 NONE 0", "11 NONE 0", "12 ALLREDUCE 64") +
+                                      layer("b", "20 NONE 0", "21 NONE 0", "22 NONE 0"));
   test::run_from_text(in, td.file("def"), 1, 2, false);
   test::run_from_text(in, td.file("ref"), 1, 2, true);
   auto def = test::parse_et(td.file("def.0.et")), ref = test::parse_et(td.file("ref.0.et"));
@@ -105,8 +106,9 @@ TEST(DefaultMode, NoCommNodeForNoneAndDependentsWaitForItsProducer) {
 
 TEST(DefaultMode, ModelForwardNoneChainsTheComputeNodesDirectly) {
   TempDir td;
-  std::string in = write_workload(td, "m.txt", "MODEL\n2\n" + layer("a", "10 NONE 0", "11 ALLREDUCE 8", "12 NONE 0") +
-                                                    layer("b", "20 ALLGATHER 16", "21 NONE 0", "22 NONE 0"));
+  std::string in = write_workload(td, "m.txt",
+                                  "MODEL\n2\n" + layer("a", "10 NONE 0", "11 ALLREDUCE 8", "12 NONE 0") +
+                                      layer("b", "20 ALLGATHER 16", "21 NONE 0", "22 NONE 0"));
   test::run_from_text(in, td.file("def"), 1, 1, false);
   auto def = test::parse_et(td.file("def.0.et"));
   // FWD a -> FWD b -> comm b (ALLGATHER) -> BWD_IG b -> {BWD_WG b, BWD_IG a (after WG b and IG b)}
@@ -163,11 +165,13 @@ TEST(DefaultMode, LayerCountComesFromTheFileWithAWarning) {
     std::vector<std::string> warnings;
     test::run_from_text(in, td.file("def"), 1, 1, false, &warnings);
     ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_EQ(warnings[0].rfind(in + ":2: the layer count says " + count + " but the file has 6", 0), 0u) << warnings[0];
+    EXPECT_EQ(warnings[0].rfind(in + ":2: the layer count says " + count + " but the file has 6", 0), 0u)
+        << warnings[0];
     auto def = test::parse_et(td.file("def.0.et"));
     auto ref = test::parse_et_bytes(test::reference_et(w, 1, 1, 0));
     ASSERT_EQ(def.nodes.size(), ref.nodes.size());
-    for (size_t i = 0; i < ref.nodes.size(); ++i) EXPECT_EQ(test::structure(def.nodes[i]), test::structure(ref.nodes[i]));
+    for (size_t i = 0; i < ref.nodes.size(); ++i)
+      EXPECT_EQ(test::structure(def.nodes[i]), test::structure(ref.nodes[i]));
   }
 }
 
@@ -221,7 +225,7 @@ TEST(DefaultMode, NodeNamesAreUniqueInEveryFile) {
     for (const auto& n : f.nodes) dups += !names.insert(n.name()).second;
     EXPECT_GT(dups, 0u) << in;
   }
-  auto dlrm = test::parse_et(td.file("u2p3.0.et"));   // inputs[2] is DLRM_HybridParallel
+  auto dlrm = test::parse_et(td.file("u2p3.0.et"));  // inputs[2] is DLRM_HybridParallel
   EXPECT_TRUE(by_name(dlrm, "COMM_COLL_NODE_Embedding_FWD_ALLTOALL_PASS2"));
   EXPECT_TRUE(by_name(dlrm, "COMM_COLL_NODE_Embedding_IG_ALLTOALL_PASS2"));
 }
@@ -256,7 +260,8 @@ TEST(CompatMode, ZeroPassesWritesMetadataOnlyFilesLikeTheReference) {
   for (int k = 0; k < 2; ++k) {
     auto f = test::parse_et(td.file("z." + std::to_string(k) + ".et"));
     EXPECT_TRUE(f.nodes.empty());
-    EXPECT_EQ(test::input_file_attr(f), test::input_file_attr(test::parse_et_bytes(test::reference_et("microAllReduce", 1, 1, 0))));
+    EXPECT_EQ(test::input_file_attr(f),
+              test::input_file_attr(test::parse_et_bytes(test::reference_et("microAllReduce", 1, 1, 0))));
   }
 }
 

@@ -44,14 +44,16 @@ TEST_P(ReferenceBytes, EveryNpuFileIsByteIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TextWorkloads, ReferenceBytes, ::testing::ValuesIn(ref_cases()), [](const auto& info) {
-  return info.param.workload + "_npus" + std::to_string(info.param.npus) + "_passes" + std::to_string(info.param.passes);
+  return info.param.workload + "_npus" + std::to_string(info.param.npus) + "_passes" +
+         std::to_string(info.param.passes);
 });
 
 TEST(ReferenceBytes, CoversEveryWorkloadAndConfiguration) { EXPECT_EQ(ref_cases().size(), 24u); }
 
 // The reference fails on HYBRID_TRANSFORMER without writing; so do both modes, exit 2 (CLI test).
 TEST(ReferenceErrors, UnsupportedTransformerTypeFailsOnLine1WithNoOutput) {
-  std::string expected = test::read_file(test::data_file("Transformer_HybridParallel/Transformer_HybridParallel.expected_error.txt"));
+  std::string expected =
+      test::read_file(test::data_file("Transformer_HybridParallel/Transformer_HybridParallel.expected_error.txt"));
   ASSERT_NE(expected.find("Unsupported parallelism type, HYBRID_TRANSFORMER"), std::string::npos);
   for (bool compat : {true, false}) {
     TempDir td;
@@ -96,9 +98,10 @@ TEST(ReferenceDerived, HybridModelDataIsHybridDataModelWithPlainIgCommNames) {
         want.set_name(name.replace(p, 10, "_"));
         ++renamed;
       }
-      EXPECT_EQ(ours.nodes[i].SerializeAsString(), want.SerializeAsString()) << "node " << i << ": " << ours.nodes[i].ShortDebugString();
+      EXPECT_EQ(ours.nodes[i].SerializeAsString(), want.SerializeAsString())
+          << "node " << i << ": " << ours.nodes[i].ShortDebugString();
     }
-    EXPECT_EQ(renamed, 2u * 5u);   // 2 passes x (6 layers - layer 0)
+    EXPECT_EQ(renamed, 2u * 5u);  // 2 passes x (6 layers - layer 0)
   }
 }
 

@@ -47,10 +47,25 @@ TEST(PyInt, RangesOfTheProtobufFields) {
 TEST(PySplit, SplitsOnRunsOfAsciiAndUnicodeWhitespace) {
   using V = std::vector<std::string_view>;
   EXPECT_EQ(py::split("  a\tb  c \r"), (V{"a", "b", "c"}));
-  EXPECT_EQ(py::split("a\x1c" "b\x1f" "c\x0b" "d\x0c" "e"), (V{"a", "b", "c", "d", "e"}));
-  EXPECT_EQ(py::split("a\xc2\xa0" "b\xe3\x80\x80" "c\xe2\x80\x89" "d\xc2\x85" "e"), (V{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(py::split("a\x1c"
+                      "b\x1f"
+                      "c\x0b"
+                      "d\x0c"
+                      "e"),
+            (V{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(py::split("a\xc2\xa0"
+                      "b\xe3\x80\x80"
+                      "c\xe2\x80\x89"
+                      "d\xc2\x85"
+                      "e"),
+            (V{"a", "b", "c", "d", "e"}));
   // U+00A9 and U+2010 are not whitespace
-  EXPECT_EQ(py::split("a\xc2\xa9" "b\xe2\x80\x90" "c"), (V{"a\xc2\xa9" "b\xe2\x80\x90" "c"}));
+  EXPECT_EQ(py::split("a\xc2\xa9"
+                      "b\xe2\x80\x90"
+                      "c"),
+            (V{"a\xc2\xa9"
+               "b\xe2\x80\x90"
+               "c"}));
   EXPECT_TRUE(py::split(" \t ").empty());
 }
 
@@ -65,11 +80,11 @@ TEST(PyText, UniversalNewlinesAndLines) {
 TEST(PyText, StrictUtf8LikeCPython) {
   const size_t ok = std::string_view::npos;
   EXPECT_EQ(py::invalid_utf8_at("plain \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), ok);
-  EXPECT_EQ(py::invalid_utf8_at("ab\xc0\x80"), 2u);       // overlong NUL
-  EXPECT_EQ(py::invalid_utf8_at("\xe0\x80\xaf"), 0u);     // overlong
-  EXPECT_EQ(py::invalid_utf8_at("x\xed\xa0\x80"), 1u);    // surrogate U+D800
-  EXPECT_EQ(py::invalid_utf8_at("\xf4\x90\x80\x80"), 0u); // beyond U+10FFFF
-  EXPECT_EQ(py::invalid_utf8_at("abc\xe2\x82"), 3u);      // cut short
+  EXPECT_EQ(py::invalid_utf8_at("ab\xc0\x80"), 2u);        // overlong NUL
+  EXPECT_EQ(py::invalid_utf8_at("\xe0\x80\xaf"), 0u);      // overlong
+  EXPECT_EQ(py::invalid_utf8_at("x\xed\xa0\x80"), 1u);     // surrogate U+D800
+  EXPECT_EQ(py::invalid_utf8_at("\xf4\x90\x80\x80"), 0u);  // beyond U+10FFFF
+  EXPECT_EQ(py::invalid_utf8_at("abc\xe2\x82"), 3u);       // cut short
   EXPECT_EQ(py::invalid_utf8_at("\xff"), 0u);
 }
 

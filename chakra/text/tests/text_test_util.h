@@ -17,8 +17,9 @@ namespace opf::chakra::test {
 
 // The six workloads the reference converts (Transformer_HybridParallel is its error case).
 inline const std::vector<std::string>& reference_workloads() {
-  static const std::vector<std::string> w = {"AllGather_128KB",     "DLRM_HybridParallel", "MLP_HybridParallel_Data_Model",
-                                             "MLP_ModelParallel",   "Resnet50_DataParallel", "microAllReduce"};
+  static const std::vector<std::string> w = {
+      "AllGather_128KB",   "DLRM_HybridParallel",   "MLP_HybridParallel_Data_Model",
+      "MLP_ModelParallel", "Resnet50_DataParallel", "microAllReduce"};
   return w;
 }
 

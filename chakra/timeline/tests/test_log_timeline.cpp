@@ -16,7 +16,8 @@ const std::string kData = OPF_TIMELINE_DATA;
 const std::string kLog = kData + "/DLRM_HybridParallel.npus1.passes2.0.timeline.log";
 const std::string kRef = kData + "/DLRM_HybridParallel.npus1.passes2.0.timeline.json";
 
-LogTimelineOptions opts(bool compat, std::vector<std::string>* warnings = nullptr, int64_t npus = 2, int64_t mhz = 1000) {
+LogTimelineOptions opts(bool compat, std::vector<std::string>* warnings = nullptr, int64_t npus = 2,
+                        int64_t mhz = 1000) {
   LogTimelineOptions o;
   o.npus = npus;
   o.npu_frequency_mhz = mhz;
@@ -149,10 +150,12 @@ INSTANTIATE_TEST_SUITE_P(
                 ":1: tick= 'x' is not a non-negative integer"},
         BadCase{"issue,sys->id=0,tick=1,node->id=1\n", false, ":1: the event ends after 'node->id='"},
         BadCase{"issue,sys->id=0,tick=1,node->id=1\n", true, ":1: no node->name column (the reference's IndexError)"},
-        BadCase{"issue,sys->id=0,tick=9,node->id=1,node->name=COMP_NODE\ncallback,sys->id=0,tick=3,node->id=1,node->name=C\n",
+        BadCase{"issue,sys->id=0,tick=9,node->id=1,node->name=COMP_NODE\ncallback,sys->id=0,tick=3,node->id=1,node->"
+                "name=C\n",
                 false, ":2: callback at tick 3 before its issue at tick 9 (line 1)"},
-        BadCase{"issue,sys->id=0,tick=0,node->id=1,node->name=WHAT\ncallback,sys->id=0,tick=3,node->id=1,node->name=W\n",
-                true, ":2: node type cannot be identified from the name 'WHAT'"}));
+        BadCase{
+            "issue,sys->id=0,tick=0,node->id=1,node->name=WHAT\ncallback,sys->id=0,tick=3,node->id=1,node->name=W\n",
+            true, ":2: node type cannot be identified from the name 'WHAT'"}));
 
 TEST(Options, ZeroNpusOrFrequencyAreErrors) {
   TempDir td;

@@ -41,7 +41,8 @@ std::vector<test::XEvent> check_timeline(const std::vector<std::string>& files, 
     for (const auto& n : et.nodes) EXPECT_EQ(seen[int64_t(n.id)], 1) << files[k] << " node " << n.id;
     // the same start times as the simulator's own log lines
     std::map<uint64_t, uint64_t> issue_at;
-    simulate(et.nodes, [](const std::string&) {}, [&](uint32_t i, uint64_t s, uint64_t) { issue_at[et.nodes[i].id] = s; });
+    simulate(
+        et.nodes, [](const std::string&) {}, [&](uint32_t i, uint64_t s, uint64_t) { issue_at[et.nodes[i].id] = s; });
     for (const auto& e : ev) {
       if (e.pid == pid) {
         EXPECT_EQ(e.ts, double(issue_at[uint64_t(e.id)])) << "node " << e.id;
@@ -67,7 +68,8 @@ TEST(SimTimeline, HostTrace102Converted) {
   TempDir td;
   ConvertOptions o;
   o.warn = [](const std::string&) {};
-  convert(std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz", td.file("h.0.et"), o);
+  convert(std::string(OPF_CHAKRA_TEST_DATA) + "/traces/mlcommons-chakra/host_et_1.0.2-chakra.0.0.4.json.gz",
+          td.file("h.0.et"), o);
   auto ev = check_timeline({td.file("h.0.et")}, td.file("t.json"));
   std::set<int64_t> tids;
   for (const auto& e : ev) tids.insert(e.tid);
@@ -113,7 +115,8 @@ TEST(SimTimeline, SameRankTwiceIsAnErrorAndWritesNothing) {
   g.nodes = 5;
   generate(g, td.file("a"));
   generate(g, td.file("b"));
-  auto r = test::run_cli("chakra simulate " + td.file("a.0.et") + " " + td.file("b.0.et") + " --timeline " + td.file("t.json"));
+  auto r = test::run_cli("chakra simulate " + td.file("a.0.et") + " " + td.file("b.0.et") + " --timeline " +
+                         td.file("t.json"));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("rank 0 again"), std::string::npos) << r.err;
   EXPECT_FALSE(test::exists(td.file("t.json")));

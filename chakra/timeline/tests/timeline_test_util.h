@@ -30,8 +30,8 @@ inline CliRun run_cli(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
 }
 
-#define OPF_REQUIRE_CLI()                                                                      \
-  do {                                                                                         \
+#define OPF_REQUIRE_CLI()                                                                          \
+  do {                                                                                             \
     if (!std::getenv("OPF_CHAKRA_CLI")) GTEST_SKIP() << "OPF_CHAKRA_CLI (opforge binary) not set"; \
   } while (0)
 
@@ -39,7 +39,7 @@ struct XEvent {
   int64_t pid, tid;
   double ts, dur;
   std::string name;
-  int64_t id = -1;   // args.id or args.node_id when present
+  int64_t id = -1;  // args.id or args.node_id when present
 };
 
 // The `X` events of a Chrome trace; fails the test if the text is not JSON.

@@ -29,7 +29,8 @@ TEST(Dot, EveryNodeOnceDataSolidCtrlDashed) {
   EXPECT_EQ(dot.rfind("digraph chakra {", 0), 0u);
   EXPECT_EQ(test::count(dot, " -> "), data + ctrl);
   EXPECT_EQ(test::count(dot, "[style=dashed"), ctrl);
-  for (const auto& n : nodes) EXPECT_NE(dot.find("label=\"" + n.name() + "\\n#" + std::to_string(n.id()) + " "), std::string::npos) << n.name();
+  for (const auto& n : nodes)
+    EXPECT_NE(dot.find("label=\"" + n.name() + "\\n#" + std::to_string(n.id()) + " "), std::string::npos) << n.name();
 }
 
 TEST(Html, LayersFollowDependencyDepthAndEveryNodeHasItsTooltip) {
@@ -84,13 +85,13 @@ TEST(Html, OneColourPerNodeType) {
 
 TEST(Html, WideLayersWrapIntoRowsOfTheSameBand) {
   TempDir td;
-  std::string in = test::generated(td, "fan", 1002);   // 1000 nodes in layer 1
+  std::string in = test::generated(td, "fan", 1002);  // 1000 nodes in layer 1
   visualize(in, td.file("v.html"), {});
   auto drawn = test::html_nodes(test::read_file(td.file("v.html")));
   std::set<int> rows, xs;
   for (const auto& [id, h] : drawn)
     if (h.depth == 1) rows.insert(h.y), xs.insert(h.x);
-  EXPECT_EQ(rows.size(), 16u);   // 64 per row
+  EXPECT_EQ(rows.size(), 16u);  // 64 per row
   EXPECT_EQ(xs.size(), 64u);
   EXPECT_GT(drawn.at(1001).y, *rows.rbegin()) << "the sink is below every row of its parents";
 }
@@ -110,7 +111,8 @@ TEST(Selection, RangeKeepsThoseIdsAndTheirEdgesAmongThem) {
     for (const auto* deps : {&n.data_deps(), &n.ctrl_deps()})
       for (uint64_t d : *deps) (d >= 50 ? inside : outside) += 1;
     const std::string& title = drawn.at(n.id()).title;
-    if (outside) EXPECT_NE(title.find(std::to_string(outside) + " dependencies outside this view"), std::string::npos) << title;
+    if (outside)
+      EXPECT_NE(title.find(std::to_string(outside) + " dependencies outside this view"), std::string::npos) << title;
     else EXPECT_EQ(title.find("outside this view"), std::string::npos) << title;
   }
   EXPECT_EQ(st.edges, inside);
@@ -182,8 +184,14 @@ TEST(BadInput, OneLineNoOutputAndAnExistingOutputKept) {
       {td.file("cut.et"), "o.html", {}, td.file("cut.et") + ": record "},
       {td.file("empty.et"), "o.dot", {}, td.file("empty.et") + ": byte 0: empty .et stream"},
       {chain, "o.html", {std::nullopt, uint64_t(77), 2}, chain + ": --around: node 77 is not in the file"},
-      {chain, "o.html", {std::make_pair(uint64_t(100), uint64_t(200)), std::nullopt, 2}, chain + ": --range: no node selected (ids 100..200)"},
-      {chain, "o.html", {std::make_pair(uint64_t(1), uint64_t(2)), uint64_t(1), 2}, "--range: give --range or --around, not both"},
+      {chain,
+       "o.html",
+       {std::make_pair(uint64_t(100), uint64_t(200)), std::nullopt, 2},
+       chain + ": --range: no node selected (ids 100..200)"},
+      {chain,
+       "o.html",
+       {std::make_pair(uint64_t(1), uint64_t(2)), uint64_t(1), 2},
+       "--range: give --range or --around, not both"},
       {big, "o.html", {}, big + ": 10001 nodes selected; the HTML view takes up to 10000"},
   };
   for (const auto& c : cases) {
@@ -223,7 +231,8 @@ TEST(Cli, ExitTwoOnBadInputZeroWithWarningsOnABrokenGraph) {
   EXPECT_EQ(test::html_nodes(test::read_file(td.file("x.html"))).size(), 3u);
   test::write_et(td.file("b.et"), {test::node(1, "a", {5})});
   EXPECT_EQ(run("chakra visualize " + td.file("b.et") + " -o " + td.file("b.graphml"), err), 0);
-  EXPECT_NE(err.find("warning: " + td.file("b.et") + ": 1 dependencies on ids not in the file"), std::string::npos) << err;
+  EXPECT_NE(err.find("warning: " + td.file("b.et") + ": 1 dependencies on ids not in the file"), std::string::npos)
+      << err;
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ std::string browser_cmd(const std::string& what, const std::string& html) {
          " 'file://" + html + "'";
 }
 
-void expect_browser_draws(const TempDir& td, const std::string& et, const std::string& name, const VizSelection& sel = {}) {
+void expect_browser_draws(const TempDir& td, const std::string& et, const std::string& name,
+                          const VizSelection& sel = {}) {
   const std::string html = td.file(name + ".html"), dom = td.file(name + ".dom");
   const auto st = visualize(et, html, sel);
   ASSERT_EQ(sh(browser_cmd("--dump-dom", html) + " >'" + dom + "' 2>/dev/null"), 0) << name;
@@ -66,7 +67,9 @@ int main(int argc, char** argv) {
       break;
     }
   if (opf::chakra::g_browser.empty()) {
-    std::printf("SKIP: no headless Chromium on PATH (Debian: apt-get install chromium-headless-shell); the HTML views are not opened in a browser\n");
+    std::printf(
+        "SKIP: no headless Chromium on PATH (Debian: apt-get install chromium-headless-shell); the HTML views are not "
+        "opened in a browser\n");
     return 77;
   }
   ::testing::InitGoogleTest(&argc, argv);

@@ -61,7 +61,8 @@ TEST(Graphviz, TheCheckFailsOnBrokenDot) {
 
 int main(int argc, char** argv) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0) {
-    std::printf("SKIP: Graphviz 'dot' is not on PATH (Debian: apt-get install graphviz); the .dot views are not checked\n");
+    std::printf(
+        "SKIP: Graphviz 'dot' is not on PATH (Debian: apt-get install graphviz); the .dot views are not checked\n");
     return 77;
   }
   ::testing::InitGoogleTest(&argc, argv);

@@ -6,8 +6,9 @@
 
 #ifndef OPF_HAVE_LIBXML2
 int main() {
-  std::printf("SKIP: libxml2 development files (pkg-config libxml-2.0; Debian: libxml2-dev) were not found when "
-              "configuring, so the XML well-formedness check is not built\n");
+  std::printf(
+      "SKIP: libxml2 development files (pkg-config libxml-2.0; Debian: libxml2-dev) were not found when "
+      "configuring, so the XML well-formedness check is not built\n");
   return 77;
 }
 #else

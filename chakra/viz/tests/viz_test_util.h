@@ -53,7 +53,8 @@ inline ChakraProtoMsg::Node node(uint64_t id, const std::string& name, std::vect
 // characters XML forbids, U+FFFE, non-ASCII.
 inline std::vector<ChakraProtoMsg::Node> awkward_nodes() {
   return {node(0, "say \"hi\" <b>&amp;</b>"), node(1, "back\\slash\\n and \\\"", {0}),
-          node(2, "two\nlines\r\tand\x01\x1f bell\x07", {1}, {0}), node(3, "caf\xc3\xa9 \xef\xbf\xbe \xe2\x82\xac 'q'", {2}),
+          node(2, "two\nlines\r\tand\x01\x1f bell\x07", {1}, {0}),
+          node(3, "caf\xc3\xa9 \xef\xbf\xbe \xe2\x82\xac 'q'", {2}),
           node(4, "]]> --> <!-- &#0;", {3}, {}, ChakraProtoMsg::COMM_COLL_NODE)};
 }
 
@@ -75,7 +76,8 @@ struct HtmlNode {
 // id -> what the HTML view drew for it
 inline std::map<uint64_t, HtmlNode> html_nodes(const std::string& html) {
   static const std::regex g(
-      "<g class=\"n\" data-id=\"(\\d+)\" data-depth=\"(\\d+)\"><title>([^<]*)</title><rect x=\"(-?\\d+)\" y=\"(-?\\d+)\"[^>]* fill=\"([^\"]+)\"");
+      "<g class=\"n\" data-id=\"(\\d+)\" data-depth=\"(\\d+)\"><title>([^<]*)</title><rect x=\"(-?\\d+)\" "
+      "y=\"(-?\\d+)\"[^>]* fill=\"([^\"]+)\"");
   std::map<uint64_t, HtmlNode> out;
   for (auto it = std::sregex_iterator(html.begin(), html.end(), g); it != std::sregex_iterator(); ++it) {
     HtmlNode h;

@@ -56,5 +56,7 @@ struct Registration {
 
 }  // namespace opf::suites::peers
 
-#define OPF_PEER_ADAPTER(ident, ...) \
-  static const ::opf::suites::peers::Registration opf_peer_registration_##ident{::opf::suites::peers::Adapter{__VA_ARGS__}}
+#define OPF_PEER_ADAPTER(ident, ...)                                              \
+  static const ::opf::suites::peers::Registration opf_peer_registration_##ident { \
+    ::opf::suites::peers::Adapter { __VA_ARGS__ }                                 \
+  }

@@ -24,8 +24,8 @@ bool out_of_range(const DrawnCase& d) {
 
 }  // namespace
 
-CheckOutcome check_peer(const OpInfo& op, const Adapter& a, DType dtype, std::string_view entry,
-                        const Shape& shape, int threads, uint64_t seed, const std::string& name) {
+CheckOutcome check_peer(const OpInfo& op, const Adapter& a, DType dtype, std::string_view entry, const Shape& shape,
+                        int threads, uint64_t seed, const std::string& name) {
   CheckOutcome out;
   const Params params = op.default_params();
   const PeerCase pc{entry, dtype, shape, params, threads};
@@ -53,7 +53,8 @@ CheckOutcome check_peer(const OpInfo& op, const Adapter& a, DType dtype, std::st
         const std::string where = "variant " + vname + ", output '" + arg.name + "'" +
                                   (arg.list_index >= 0 ? "[" + std::to_string(arg.list_index) + "]" : "");
         if (got.size() != size_t(arg.numel())) {
-          out.failure = where + ": the peer gave " + std::to_string(got.size()) + " values, the op has " + std::to_string(arg.numel());
+          out.failure = where + ": the peer gave " + std::to_string(got.size()) + " values, the op has " +
+                        std::to_string(arg.numel());
           return out;
         }
         std::vector<std::byte> stored(size_t(arg.numel()) * dtype_size(arg.dtype));  // as a kernel would store it

@@ -22,7 +22,7 @@ struct CheckOutcome {
 // Runs the adapter on each variant of one case (except NaN: a peer is checked for computing the
 // same op, not for NaN semantics) drawn with test_seed(seed, "peer/" + name + "/" + variant),
 // and compares each output it reports with the per-dtype tolerance our kernels get.
-CheckOutcome check_peer(const OpInfo& op, const Adapter& a, DType dtype, std::string_view entry,
-                        const Shape& shape, int threads, uint64_t seed, const std::string& name);
+CheckOutcome check_peer(const OpInfo& op, const Adapter& a, DType dtype, std::string_view entry, const Shape& shape,
+                        int threads, uint64_t seed, const std::string& name);
 
 }  // namespace opf::suites::peers

@@ -118,18 +118,20 @@ TEST(CudaJit, NvrtcCompilesCubinForTheJitArch) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_NO_THROW(be->compile(layer_norm(), kernel_source(layer_norm()), tmp / "module.cubin", tmp / "compile.log"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("NVRTC %s: layer_norm -> %s cubin in %.3f s (includes loading libnvrtc)\n", detail::nvrtc_version().c_str(),
-              detail::cuda_jit_arch().c_str(), s);
+  std::printf("NVRTC %s: layer_norm -> %s cubin in %.3f s (includes loading libnvrtc)\n",
+              detail::nvrtc_version().c_str(), detail::cuda_jit_arch().c_str(), s);
   expect_launchable(test::read_file(tmp / "module.cubin"), detail::cuda_jit_arch(), "NVRTC cubin");
   // The log names the command, so a failure can be reproduced.
-  EXPECT_NE(test::read_file(tmp / "compile.log").find("--gpu-architecture=" + detail::cuda_jit_arch()), std::string::npos);
+  EXPECT_NE(test::read_file(tmp / "compile.log").find("--gpu-architecture=" + detail::cuda_jit_arch()),
+            std::string::npos);
 }
 
 TEST(CudaJit, NvrtcTargetsEveryConfiguredArch) {
   for (std::string a : build::cuda_arch()) {
     a.erase(std::remove(a.begin(), a.end(), '.'), a.end());
     TempDir tmp;
-    ASSERT_NO_THROW(detail::nvrtc_compile("layer_norm", kernel_source(layer_norm()), "sm_" + a, tmp / "m.cubin", tmp / "log"));
+    ASSERT_NO_THROW(
+        detail::nvrtc_compile("layer_norm", kernel_source(layer_norm()), "sm_" + a, tmp / "m.cubin", tmp / "log"));
     expect_launchable(test::read_file(tmp / "m.cubin"), "sm_" + a, "NVRTC cubin sm_" + a);
   }
 }
@@ -152,9 +154,7 @@ TEST(CudaJit, TuningDefinesReachTheKernelText) {
 
 TEST(CudaJit, CompileErrorNamesTheLog) {
   TempDir tmp;
-  {
-    std::ofstream(tmp / "bad.cu") << "extern \"C\" __global__ void k(int* p) { p[0] = undeclared; }\n";
-  }
+  { std::ofstream(tmp / "bad.cu") << "extern \"C\" __global__ void k(int* p) { p[0] = undeclared; }\n"; }
   detail::JitSource src;
   src.main_file = tmp / "bad.cu";
   try {

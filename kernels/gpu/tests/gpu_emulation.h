@@ -126,9 +126,9 @@ inline void start(Thread& t) {
   // aligned as after a call (rsp % 16 == 8).
   auto top = reinterpret_cast<uintptr_t>(t.stack.data() + t.stack.size()) & ~uintptr_t(15);
   void** sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                                    // thread_main's (never used) return address
+  *--sp = nullptr;  // thread_main's (never used) return address
   *--sp = reinterpret_cast<void*>(&thread_main);
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;       // r15 r14 r13 r12 rbx rbp
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // r15 r14 r13 r12 rbx rbp
   t.sp = sp;
 #else
   getcontext(&t.ctx);
@@ -173,8 +173,8 @@ inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 // Runs kernel(*args) on a gx x gy grid of block-thread blocks. Returns 0, or 1 after printing why
 // (a barrier reached by only part of a block).
 extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kernel)(opf_gpu_args),
-                                                                     const opf_gpu_args* args, unsigned gx,
-                                                                     unsigned gy, unsigned block) {
+                                                                     const opf_gpu_args* args, unsigned gx, unsigned gy,
+                                                                     unsigned block) {
   // Kept across launches: allocating and faulting in fresh coroutine stacks dominated the cost.
   // A deque never relocates its elements (a ucontext_t points into itself).
   static std::deque<opf_emu::Thread> threads;

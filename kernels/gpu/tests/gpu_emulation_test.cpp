@@ -220,7 +220,8 @@ void run_case(const Case& c) {
   std::mt19937_64 sign_rng(seed ^ 0x5eed5eedull);
   for (size_t k = 0; k < n; ++k) {
     const ArgDesc& a = desc.args[k];
-    const bool floating = a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16 || a.dtype == DType::f64;
+    const bool floating =
+        a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16 || a.dtype == DType::f64;
     if (a.role == Role::out || a.fill.kind == Fill::mask || !floating) continue;
     std::vector<RefArg> pert = ref_inputs;
     for (auto& v : pert[k].v) v *= 1.0 + (sign_rng() & 1 ? 0x1p-24 : -0x1p-24);
@@ -271,8 +272,9 @@ void run_case(const Case& c) {
       }
     }
     EXPECT_EQ(bad, 0u) << "'" << a.name << "': " << bad << " of " << count << " elements out of tolerance; first at "
-                       << first << ": got " << first_got << ", want " << ref[i].v[first] << "\nrepro: OPFORGE_SEED="
-                       << base_seed() << " gpu_emulation_test --gtest_filter='emu." << c.name << "'";
+                       << first << ": got " << first_got << ", want " << ref[i].v[first]
+                       << "\nrepro: OPFORGE_SEED=" << base_seed() << " gpu_emulation_test --gtest_filter='emu."
+                       << c.name << "'";
   }
 }
 
@@ -289,7 +291,8 @@ class EmuTest : public ::testing::Test {
 // device, a missing tensor or a wrong dtype would be a fault, not a message.
 TEST(EmuLauncher, RejectsMalformedCalls) {
   const OpInfo* op = find_op("layer_norm");
-  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip"))) GTEST_SKIP() << "layer_norm has no GPU backend here";
+  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip")))
+    GTEST_SKIP() << "layer_norm has no GPU backend here";
   const opf_module_info* m = emu_module(*op, 32);
   std::vector<float> x(16, 1.0f), g(8, 1.0f), b(8, 0.0f), y(16), mean(2), rstd(2);
   auto t = [](void* p, DType d, std::vector<int64_t> shape) {
@@ -299,8 +302,8 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
     return r;
   };
   std::vector<opf_tensor> args = {t(x.data(), DType::f32, {2, 8}), t(g.data(), DType::f32, {8}),
-                                  t(b.data(), DType::f32, {8}),     t(y.data(), DType::f32, {2, 8}),
-                                  t(mean.data(), DType::f32, {2}),  t(rstd.data(), DType::f32, {2})};
+                                  t(b.data(), DType::f32, {8}),    t(y.data(), DType::f32, {2, 8}),
+                                  t(mean.data(), DType::f32, {2}), t(rstd.data(), DType::f32, {2})};
   opf_param eps{"eps", OPF_PARAM_F64, 0, 1e-5, 0};
   char err[512];
   auto run = [&](const char* entry, int nargs) {
@@ -311,7 +314,7 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
     return m->run(m, &c, err, sizeof err);
   };
   ASSERT_EQ(run("forward", 6), 0) << err;  // the well-formed call works
-  EXPECT_NEAR(y[0], 0.0, 1e-6);             // constant rows normalise to beta
+  EXPECT_NEAR(y[0], 0.0, 1e-6);            // constant rows normalise to beta
   EXPECT_NE(run("forward", 5), 0);
   EXPECT_NE(std::string(err).find("expects 6 tensors, got 5"), std::string::npos) << err;
   EXPECT_NE(run("sideways", 6), 0);
@@ -330,7 +333,8 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
 // bit (backward also uses the context's workspace); its supports() reason comes through.
 TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
   const OpInfo* op = find_op("layer_norm");
-  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip"))) GTEST_SKIP() << "layer_norm has no GPU backend here";
+  if (!op || (!op->has_backend("cuda") && !op->has_backend("hip")))
+    GTEST_SKIP() << "layer_norm has no GPU backend here";
   const char* dir = std::getenv("OPF_EMU_DIR");
   const std::string base = dir ? dir : ".";
   const opf_gpu_launcher* launcher = detail::open_launcher(*op, base + "/emu_layer_norm_launch.so");
@@ -363,15 +367,18 @@ TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
     std::vector<float> y, mean, rstd, dx, dg, db;
   };
   auto run_with = [&](const opf_module_info* m) {
-    Out o{std::vector<float>(x.size(), NAN), std::vector<float>(size_t(rows), NAN), std::vector<float>(size_t(rows), NAN),
-          std::vector<float>(x.size(), NAN), std::vector<float>(size_t(cols), NAN), std::vector<float>(size_t(cols), NAN)};
+    Out o{std::vector<float>(x.size(), NAN),     std::vector<float>(size_t(rows), NAN),
+          std::vector<float>(size_t(rows), NAN), std::vector<float>(x.size(), NAN),
+          std::vector<float>(size_t(cols), NAN), std::vector<float>(size_t(cols), NAN)};
     CallBuilder f(*op, "forward");
-    f.add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols}).add("gamma", const_cast<float*>(g.data()), DType::f32, {cols});
+    f.add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols})
+        .add("gamma", const_cast<float*>(g.data()), DType::f32, {cols});
     f.add("beta", const_cast<float*>(b.data()), DType::f32, {cols}).add("y", o.y.data(), DType::f32, {rows, cols});
     f.add("mean", o.mean.data(), DType::f32, {rows}).add("rstd", o.rstd.data(), DType::f32, {rows});
     f.run(m);
     CallBuilder bw(*op, "backward");
-    bw.add("dy", const_cast<float*>(dy.data()), DType::f32, {rows, cols}).add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols});
+    bw.add("dy", const_cast<float*>(dy.data()), DType::f32, {rows, cols})
+        .add("x", const_cast<float*>(x.data()), DType::f32, {rows, cols});
     bw.add("mean", o.mean.data(), DType::f32, {rows}).add("rstd", o.rstd.data(), DType::f32, {rows});
     bw.add("gamma", const_cast<float*>(g.data()), DType::f32, {cols}).add("dx", o.dx.data(), DType::f32, {rows, cols});
     bw.add("dgamma", o.dg.data(), DType::f32, {cols}).add("dbeta", o.db.data(), DType::f32, {cols});
@@ -407,7 +414,11 @@ void register_cases() {
               if (!sname.empty()) sname += 'x';
               sname += std::to_string(d);
             }
-            Case c{&op, warp, *dtype_from_name(dname), entry.name, shape,
+            Case c{&op,
+                   warp,
+                   *dtype_from_name(dname),
+                   entry.name,
+                   shape,
                    op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry.name + "/" + sname};
             const std::string name = c.name;
             ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,

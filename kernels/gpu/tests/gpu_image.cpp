@@ -62,7 +62,8 @@ ElfImage parse_elf(const std::string& b) {
     img.arch = amdgpu_mach_name(eh.e_flags & 0xff);
   }
   std::vector<Elf64_Shdr> sh(eh.e_shnum);
-  for (size_t i = 0; i < sh.size(); ++i) sh[i] = read_at<Elf64_Shdr>(b, eh.e_shoff + i * eh.e_shentsize, "section header");
+  for (size_t i = 0; i < sh.size(); ++i)
+    sh[i] = read_at<Elf64_Shdr>(b, eh.e_shoff + i * eh.e_shentsize, "section header");
   for (const auto& s : sh) {
     if (s.sh_type != SHT_SYMTAB) continue;
     if (s.sh_link >= sh.size()) throw Error("symbol table links to a missing string table");
@@ -78,7 +79,8 @@ ElfImage parse_elf(const std::string& b) {
       if (!e.function && sym.st_shndx < sh.size() && sh[sym.st_shndx].sh_type != SHT_NOBITS) {
         const Elf64_Shdr& sec = sh[sym.st_shndx];
         // Relocatable images (cubin) give section offsets, executables (AMDGPU) addresses.
-        const uint64_t rel = eh.e_type == ET_REL || sym.st_value < sec.sh_addr ? sym.st_value : sym.st_value - sec.sh_addr;
+        const uint64_t rel =
+            eh.e_type == ET_REL || sym.st_value < sec.sh_addr ? sym.st_value : sym.st_value - sec.sh_addr;
         if (rel + sym.st_size <= sec.sh_size && sec.sh_offset + rel + sym.st_size <= b.size())
           e.bytes.assign(b.data() + sec.sh_offset + rel, sym.st_size);
       }
@@ -104,7 +106,10 @@ std::vector<Embedded> fatbin_entries(const std::string& b) {
     const uint32_t sm = read_at<uint32_t>(b, off + 28, "fatbin entry");
     if (ehs < 32 || off + ehs + psize > b.size()) throw Error("corrupt fatbin entry");
     Embedded e;
-    e.what = std::string(kind == 2 ? "elf" : kind == 1 ? "ptx" : "kind" + std::to_string(kind)) + " sm_" + std::to_string(sm);
+    e.what = std::string(kind == 2   ? "elf"
+                         : kind == 1 ? "ptx"
+                                     : "kind" + std::to_string(kind)) +
+             " sm_" + std::to_string(sm);
     std::string payload = b.substr(off + ehs, psize);
     if (payload.compare(0, 4, ELFMAG) == 0) e.bytes = std::move(payload);
     out.push_back(std::move(e));
@@ -123,7 +128,8 @@ std::vector<Embedded> offload_bundle_entries(const std::string& b) {
   pos += 8;
   std::vector<Embedded> out;
   for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t off = read_at<uint64_t>(b, pos, "bundle entry"), size = read_at<uint64_t>(b, pos + 8, "bundle entry"),
+    const uint64_t off = read_at<uint64_t>(b, pos, "bundle entry"),
+                   size = read_at<uint64_t>(b, pos + 8, "bundle entry"),
                    len = read_at<uint64_t>(b, pos + 16, "bundle entry");
     pos += 24;
     if (pos + len > b.size() || off + size > b.size()) throw Error("corrupt offload bundle entry");
@@ -148,8 +154,8 @@ std::vector<std::string> launch_problems(const ElfImage& img, const OpInfo& op) 
       continue;
     }
     if (it->second.bytes.size() != sizeof(opf_gpu_plan)) {
-      problems.push_back("plan " + pname + " has " + std::to_string(it->second.bytes.size()) + " bytes of contents, expected " +
-                         std::to_string(sizeof(opf_gpu_plan)));
+      problems.push_back("plan " + pname + " has " + std::to_string(it->second.bytes.size()) +
+                         " bytes of contents, expected " + std::to_string(sizeof(opf_gpu_plan)));
       continue;
     }
     opf_gpu_plan plan;

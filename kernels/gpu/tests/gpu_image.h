@@ -19,8 +19,8 @@ struct ElfSymbol {
 };
 
 struct ElfImage {
-  int machine = 0;              // EM_CUDA (190) or EM_AMDGPU (224)
-  std::string arch;             // "sm_90" / "gfx90a"
+  int machine = 0;   // EM_CUDA (190) or EM_AMDGPU (224)
+  std::string arch;  // "sm_90" / "gfx90a"
   std::map<std::string, ElfSymbol> symbols;
 };
 

@@ -44,31 +44,31 @@ typedef enum opf_dtype {
 #define OPF_DTYPE_COUNT 7
 
 typedef struct opf_tensor {
-  void* data;                    /* host pointer (cpu) or device pointer (cuda/hip) */
-  int32_t dtype;                 /* opf_dtype */
+  void* data;    /* host pointer (cpu) or device pointer (cuda/hip) */
+  int32_t dtype; /* opf_dtype */
   int32_t ndim;
   int64_t shape[OPF_MAX_DIMS];
   int64_t strides[OPF_MAX_DIMS]; /* in elements; row-major contiguous: strides[ndim-1] = 1, ... */
 } opf_tensor;
 
 typedef struct opf_arg {
-  int32_t count;                 /* 1 for a tensor argument; the list's length for a list argument */
-  const opf_tensor* tensors;     /* count tensors */
+  int32_t count;             /* 1 for a tensor argument; the list's length for a list argument */
+  const opf_tensor* tensors; /* count tensors */
 } opf_arg;
 
 typedef enum opf_param_type {
   OPF_PARAM_F64 = 0,
   OPF_PARAM_I64 = 1,
-  OPF_PARAM_BOOL = 2,            /* i64: 0 or 1 */
-  OPF_PARAM_ENUM = 3,            /* i64: index into the manifest's choices */
+  OPF_PARAM_BOOL = 2, /* i64: 0 or 1 */
+  OPF_PARAM_ENUM = 3, /* i64: index into the manifest's choices */
 } opf_param_type;
 
 typedef struct opf_param {
-  const char* name;              /* manifest name, e.g. "eps" */
-  int32_t type;                  /* opf_param_type */
+  const char* name; /* manifest name, e.g. "eps" */
+  int32_t type;     /* opf_param_type */
   int32_t reserved;
-  double f64;                    /* OPF_PARAM_F64 */
-  int64_t i64;                   /* OPF_PARAM_I64, _BOOL, _ENUM */
+  double f64;  /* OPF_PARAM_F64 */
+  int64_t i64; /* OPF_PARAM_I64, _BOOL, _ENUM */
 } opf_param;
 
 /* The caller's thread pool, shared by every op. parallel_for runs task(ctx, i) once for every i
@@ -81,13 +81,13 @@ typedef struct opf_host {
 } opf_host;
 
 typedef struct opf_call {
-  const char* entry;             /* a manifest entry name */
-  const opf_arg* args;           /* in the entry's manifest order */
+  const char* entry;   /* a manifest entry name */
+  const opf_arg* args; /* in the entry's manifest order */
   int32_t nargs;
-  const opf_param* params;       /* the op's manifest params, in manifest order */
+  const opf_param* params; /* the op's manifest params, in manifest order */
   int32_t nparams;
-  void* stream;                  /* backend stream, or NULL for the default one */
-  const opf_host* host;          /* CPU thread pool, or NULL: run on the calling thread */
+  void* stream;         /* backend stream, or NULL for the default one */
+  const opf_host* host; /* CPU thread pool, or NULL: run on the calling thread */
 } opf_call;
 
 struct opf_module_info;
@@ -96,16 +96,16 @@ struct opf_module_info;
 typedef int (*opf_run_fn)(const struct opf_module_info* self, const opf_call* call, char* err, size_t err_len);
 
 typedef struct opf_module_info {
-  uint32_t abi_version;          /* OPF_ABI_VERSION */
-  const char* op;                /* manifest key, e.g. "layer_norm" */
-  const char* backend;           /* "cpu" | "cuda" | "hip" */
-  const char* isa;               /* what the module runs as here, e.g. "AVX3", "sm_90" (informational) */
+  uint32_t abi_version; /* OPF_ABI_VERSION */
+  const char* op;       /* manifest key, e.g. "layer_norm" */
+  const char* backend;  /* "cpu" | "cuda" | "hip" */
+  const char* isa;      /* what the module runs as here, e.g. "AVX3", "sm_90" (informational) */
   opf_run_fn run;
   /* ggml's supports_op: 0 when this module computes the call (arguments well-formed and the
    * combination implemented); otherwise 1 and a one-line reason. May be NULL (supports all).
    * A call run() would reject as malformed is also unsupported here, with the same reason. */
   opf_run_fn supports;
-  void* impl;                    /* backend-private (GPU: the loaded code object); NULL for CPU */
+  void* impl; /* backend-private (GPU: the loaded code object); NULL for CPU */
 } opf_module_info;
 
 typedef const opf_module_info* (*opf_module_fn)(void);

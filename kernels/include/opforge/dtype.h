@@ -11,7 +11,15 @@
 
 namespace opf {
 
-enum class DType : int32_t { f32 = OPF_F32, f16 = OPF_F16, bf16 = OPF_BF16, f64 = OPF_F64, u8 = OPF_U8, i64 = OPF_I64, i32 = OPF_I32 };
+enum class DType : int32_t {
+  f32 = OPF_F32,
+  f16 = OPF_F16,
+  bf16 = OPF_BF16,
+  f64 = OPF_F64,
+  u8 = OPF_U8,
+  i64 = OPF_I64,
+  i32 = OPF_I32
+};
 
 constexpr std::string_view dtype_name(DType d) {
   switch (d) {
@@ -75,11 +83,11 @@ inline uint16_t f32_to_f16_rne(float f) {
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN stays NaN
-  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: infinity
-  if (a < 0x38800000u) {                                 // below 2^-14: subnormal or zero
-    if (a < 0x33000000u) return sign;                    // <= 2^-25 rounds to zero (tie to even)
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                        // rounds to >= 65520: infinity
+  if (a < 0x38800000u) {                                                        // below 2^-14: subnormal or zero
+    if (a < 0x33000000u) return sign;                                           // <= 2^-25 rounds to zero (tie to even)
     const uint32_t e = a >> 23, man = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - e;                       // 14..24 bits dropped
+    const uint32_t shift = 126 - e;  // 14..24 bits dropped
     uint32_t h = man >> shift;
     const uint32_t rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);
     if (rest > half || (rest == half && (h & 1u))) ++h;
@@ -102,7 +110,10 @@ inline float f16_to_f32(uint16_t h) {
       u = sign;
     } else {  // subnormal: renormalise
       exp = 127 - 15 + 1;
-      while (!(man & 0x400u)) { man <<= 1; --exp; }
+      while (!(man & 0x400u)) {
+        man <<= 1;
+        --exp;
+      }
       u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
     }
   } else if (exp == 31) {
@@ -130,13 +141,37 @@ inline uint16_t f32_to_f16(float f) {
 inline double load_element(DType t, const void* base, int64_t i) {
   const unsigned char* b = static_cast<const unsigned char*>(base);
   switch (t) {
-    case DType::f32: { float v; std::memcpy(&v, b + 4 * i, 4); return v; }
-    case DType::f16: { uint16_t h; std::memcpy(&h, b + 2 * i, 2); return f16_to_f32(h); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h); }
-    case DType::f64: { double v; std::memcpy(&v, b + 8 * i, 8); return v; }
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, b + 4 * i, 4);
+      return v;
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, b + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, b + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, b + 8 * i, 8);
+      return v;
+    }
     case DType::u8: return double(b[i]);
-    case DType::i64: { int64_t v; std::memcpy(&v, b + 8 * i, 8); return double(v); }
-    case DType::i32: { int32_t v; std::memcpy(&v, b + 4 * i, 4); return double(v); }
+    case DType::i64: {
+      int64_t v;
+      std::memcpy(&v, b + 8 * i, 8);
+      return double(v);
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, b + 4 * i, 4);
+      return double(v);
+    }
   }
   return 0;
 }
@@ -146,13 +181,33 @@ inline double load_element(DType t, const void* base, int64_t i) {
 inline void store_element(DType t, void* base, int64_t i, double v) {
   unsigned char* b = static_cast<unsigned char*>(base);
   switch (t) {
-    case DType::f32: { float f = float(v); std::memcpy(b + 4 * i, &f, 4); return; }
-    case DType::f16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(b + 2 * i, &h, 2); return; }
-    case DType::bf16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(b + 2 * i, &h, 2); return; }
+    case DType::f32: {
+      float f = float(v);
+      std::memcpy(b + 4 * i, &f, 4);
+      return;
+    }
+    case DType::f16: {
+      uint16_t h = f32_to_f16(float(v));
+      std::memcpy(b + 2 * i, &h, 2);
+      return;
+    }
+    case DType::bf16: {
+      uint16_t h = f32_to_bf16(float(v));
+      std::memcpy(b + 2 * i, &h, 2);
+      return;
+    }
     case DType::f64: std::memcpy(b + 8 * i, &v, 8); return;
     case DType::u8: b[i] = uint8_t(v); return;
-    case DType::i64: { int64_t x = int64_t(v); std::memcpy(b + 8 * i, &x, 8); return; }
-    case DType::i32: { int32_t x = int32_t(v); std::memcpy(b + 4 * i, &x, 4); return; }
+    case DType::i64: {
+      int64_t x = int64_t(v);
+      std::memcpy(b + 8 * i, &x, 8);
+      return;
+    }
+    case DType::i32: {
+      int32_t x = int32_t(v);
+      std::memcpy(b + 4 * i, &x, 4);
+      return;
+    }
   }
 }
 

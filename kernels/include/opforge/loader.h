@@ -32,29 +32,29 @@ std::string_view module_source_name(ModuleSource s);
 struct LoadedModule {
   const opf_module_info* info = nullptr;
   ModuleSource source = ModuleSource::prebuilt;
-  std::string path;           // the artefact that was loaded
-  std::string cache_key;      // JIT only
-  double load_seconds = 0;    // wall time of this load (compile included when compiled)
+  std::string path;         // the artefact that was loaded
+  std::string cache_key;    // JIT only
+  double load_seconds = 0;  // wall time of this load (compile included when compiled)
 };
 
 struct LoaderStats {
   int prebuilt_loads = 0;
   int cache_hits = 0;
-  int compiles = 0;           // compiler (or NVRTC/hiprtc) runs done by this process
-  int lock_waits = 0;         // times another process held the key's lock
+  int compiles = 0;    // compiler (or NVRTC/hiprtc) runs done by this process
+  int lock_waits = 0;  // times another process held the key's lock
 };
 
 // Why a backend can or cannot run here, without side effects (no context is created).
 struct Availability {
   bool ok = false;
-  std::string reason;         // "no CUDA driver (libcuda.so.1 not loadable)", ...
+  std::string reason;  // "no CUDA driver (libcuda.so.1 not loadable)", ...
 };
 
 // State of one op x backend in the JIT cache, for `opforge ops` / `opforge clean`.
 struct CacheState {
-  std::string key;            // key this build would use ("" if not computable)
-  bool present = false;       // published entry for that key exists
-  std::string dir;            // <cache>/<op>/<backend>/<key>
+  std::string key;       // key this build would use ("" if not computable)
+  bool present = false;  // published entry for that key exists
+  std::string dir;       // <cache>/<op>/<backend>/<key>
   // A CPU JIT compiled per (entry, dtype): key and dir are the first pair's, present means every
   // pair's entry exists; pairs / pairs_present count them (0 for a whole-module JIT).
   int pairs = 0, pairs_present = 0;
@@ -67,7 +67,7 @@ class Loader {
   // Throws opf::Error (one line) when the module cannot be produced.
   const LoadedModule& load(const OpInfo& op, std::string_view backend);
   Availability availability(std::string_view backend) const;
-  Device& device(std::string_view backend);   // throws when not available
+  Device& device(std::string_view backend);  // throws when not available
   CacheState cache_state(const OpInfo& op, std::string_view backend) const;
   // load(), then for a jit_specialized module its (entry, dtype) pairs now (compiled or from the
   // cache): all of them, or those of `entry` / `dtype` when given. Returns how many were compiled;
@@ -79,6 +79,7 @@ class Loader {
   void forget();
 
   struct Impl;
+
  private:
   Loader();
   std::unique_ptr<Impl> impl_;

@@ -25,27 +25,27 @@ std::string_view param_type_name(ParamType t);  // "f64", "i64", "bool", "enum"
 struct ParamInfo {
   std::string name;
   ParamType type = ParamType::f64;
-  double def = 0;                 // enum: index into choices; bool: 0/1
+  double def = 0;  // enum: index into choices; bool: 0/1
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_open = false, max_open = false;  // exclusive bounds (manifest `above` / `below`)
   double sample_lo = 0, sample_hi = 0;      // where the sweep draws non-default numeric values
   std::vector<std::string> choices;         // enum
   std::string doc;
-  std::vector<double> sweep;                // f64/i64: values the sweep also runs, each alone (manifest `sweep`)
+  std::vector<double> sweep;  // f64/i64: values the sweep also runs, each alone (manifest `sweep`)
   // "" when v is a valid value of this param, else why not (one phrase).
   std::string check(double v) const;
-  std::string format(double v) const;       // "1e-05", "7", "true", "sum"
+  std::string format(double v) const;  // "1e-05", "7", "true", "sum"
 };
 
 // Param values by name, in manifest order. Every value is a double (i64 exact to 2^53; bool 0/1;
 // enum = choice index).
 struct Params {
   std::vector<std::pair<std::string, double>> values;
-  double get(std::string_view name) const;           // throws opf::Error if absent
+  double get(std::string_view name) const;  // throws opf::Error if absent
   int64_t get_int(std::string_view name) const { return int64_t(get(name)); }
   bool flag(std::string_view name) const { return get(name) != 0; }
-  void set(std::string_view name, double v);         // throws opf::Error if absent
+  void set(std::string_view name, double v);  // throws opf::Error if absent
 };
 
 // ---------------------------------------------------------------- entries and arguments
@@ -64,9 +64,9 @@ struct ArgInfo {
   Role role = Role::in;
   DTypeRule rule = DTypeRule::storage;
   DType fixed = DType::f32;
-  bool list = false;   // a list of tensors (opf_arg.count = its length, may be 0)
-  bool view = false;   // accepts non-contiguous strides
-  std::string shape;   // documentation: "[rows, cols]", "[n_i]"
+  bool list = false;  // a list of tensors (opf_arg.count = its length, may be 0)
+  bool view = false;  // accepts non-contiguous strides
+  std::string shape;  // documentation: "[rows, cols]", "[n_i]"
   DType dtype_for(DType storage) const;
   std::string dtype_text() const;  // "T", "acc", "f32", ...
 };
@@ -110,7 +110,7 @@ struct CaseDesc {
   int64_t reduce_len = 1;     // longest reduction feeding an output, for tolerances
   double bytes = 0;           // bytes an ideal kernel must move
   double flops = 0;
-  std::string unsupported;    // non-empty: this shape is not valid for the op (reason)
+  std::string unsupported;  // non-empty: this shape is not valid for the op (reason)
 
   ArgDesc& set(std::string_view name, Shape shape, Fill fill = {}, bool derived = false);
   void set_list(std::string_view name, const std::vector<Shape>& shapes, Fill fill = {}, bool derived = false);

@@ -43,16 +43,18 @@ int guarded(const opf_call* call, bool execute, char* err, size_t len, F&& body)
 // Defines the one exported symbol of a CPU module. ISA is a const char* expression; BODY is
 // void(const opf_call* call, bool execute): it checks the call (failing with one line) and, when
 // execute is true, computes it. supports() runs the same checks without computing.
-#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, BODY)                                               \
-  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                               \
-    static const opf_module_info info{                                                          \
-        OPF_ABI_VERSION, OP, BACKEND, ISA,                                                      \
-        [](const opf_module_info*, const opf_call* c, char* e, size_t n) {                      \
-          return opf::module::guarded(c, true, e, n, BODY);                                     \
-        },                                                                                      \
-        [](const opf_module_info*, const opf_call* c, char* e, size_t n) {                      \
-          return opf::module::guarded(c, false, e, n, BODY);                                    \
-        },                                                                                      \
-        nullptr};                                                                               \
-    return &info;                                                                               \
+#define OPF_DEFINE_MODULE(OP, BACKEND, ISA, BODY)                                                        \
+  extern "C" OPF_EXPORT const opf_module_info* opf_module(void) {                                        \
+    static const opf_module_info info{OPF_ABI_VERSION,                                                   \
+                                      OP,                                                                \
+                                      BACKEND,                                                           \
+                                      ISA,                                                               \
+                                      [](const opf_module_info*, const opf_call* c, char* e, size_t n) { \
+                                        return opf::module::guarded(c, true, e, n, BODY);                \
+                                      },                                                                 \
+                                      [](const opf_module_info*, const opf_call* c, char* e, size_t n) { \
+                                        return opf::module::guarded(c, false, e, n, BODY);               \
+                                      },                                                                 \
+                                      nullptr};                                                          \
+    return &info;                                                                                        \
   }

@@ -253,7 +253,12 @@ void call(const opf_call* c, bool execute) {
     const Args args(c, 3, 0);
     const opf_tensor& x = expect_lead(args, 0, "x", 2, "[N, 2H]");
     const int64_t n = x.shape[0], h = expect_x(args, x, 0);
-    Forward a{c->host, x.dtype, n, h, x.data, expect_arg(args, 1, "bias", x.dtype, {2 * h}).data,
+    Forward a{c->host,
+              x.dtype,
+              n,
+              h,
+              x.data,
+              expect_arg(args, 1, "bias", x.dtype, {2 * h}).data,
               expect_arg(args, 2, "y", x.dtype, {n, h}).data};
     if (execute && n > 0 && h > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
@@ -262,7 +267,11 @@ void call(const opf_call* c, bool execute) {
     const int64_t n = dy.shape[0], h = dy.shape[1];
     const int32_t t = dy.dtype;
     if (dy.data == nullptr && n * h > 0) failf("backward: argument 0 (dy) has no data");
-    Backward a{c->host, t, n, h, dy.data,
+    Backward a{c->host,
+               t,
+               n,
+               h,
+               dy.data,
                expect_arg(args, 1, "x", t, {n, 2 * h}).data,
                expect_arg(args, 2, "bias", t, {2 * h}).data,
                expect_arg(args, 3, "dx", t, {n, 2 * h}).data,

@@ -190,8 +190,10 @@ void ColumnSum(const Pass& p) {
   }
 }
 
-#define OPF_SWIGLU_PEER_STORAGE(Name) \
-  void Name(const Pass& p) { opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); }
+#define OPF_SWIGLU_PEER_STORAGE(Name)                                          \
+  void Name(const Pass& p) {                                                   \
+    opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); \
+  }
 OPF_SWIGLU_PEER_STORAGE(AddBias)
 OPF_SWIGLU_PEER_STORAGE(Mul)
 OPF_SWIGLU_PEER_STORAGE(Dc)
@@ -230,8 +232,12 @@ const HostArg& arg(const DrawnCase& d, std::string_view name) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry == "backward"), threads_(std::max(1, c.threads)), host_(host_threads(threads_)),
-        dtype_(c.dtype), n_(c.shape[0]), h_(c.shape[1]) {
+      : backward_(c.entry == "backward"),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
+        dtype_(c.dtype),
+        n_(c.shape[0]),
+        h_(c.shape[1]) {
     const size_t nh = size_t(n_) * size_t(h_);
     const HostArg& x = arg(drawn, "x");
     const HostArg& b = arg(drawn, "bias");
@@ -239,8 +245,8 @@ class Run final : public PeerRun {
     for (int64_t k = 0; k < 2 * h_; ++k) bias_[size_t(k)] = float(load_element(c.dtype, b.bytes.data(), k));
     t_.reset(new float[2 * nh]);
     s_.reset(new float[nh]);
-    base_ = Pass{int32_t(c.dtype), 0, 0, n_, h_, x.bytes.data(), bias_.data(), nullptr, t_.get(), s_.get(),
-                 nullptr, nullptr, nullptr, nullptr, nullptr};
+    base_ = Pass{int32_t(c.dtype), 0,        0,       n_,      h_,      x.bytes.data(), bias_.data(), nullptr,
+                 t_.get(),         s_.get(), nullptr, nullptr, nullptr, nullptr,        nullptr};
     if (!backward_) {
       out_.resize(nh * dtype_size(c.dtype));
     } else {

@@ -63,9 +63,7 @@ struct Swiglu {
     for (size_t i = 0; i < v.size(); ++i) opf::store_element(dtype, b.data(), int64_t(i), v[i]);
     return b;
   }
-  std::vector<std::byte> poisoned(size_t n) const {
-    return store(std::vector<float>(n, kPoison), slack());
-  }
+  std::vector<std::byte> poisoned(size_t n) const { return store(std::vector<float>(n, kPoison), slack()); }
   void load(std::vector<float>& v, const std::vector<std::byte>& b, size_t n) const {
     v.resize(n);
     for (size_t i = 0; i < n; ++i) v[i] = float(opf::load_element(dtype, b.data(), int64_t(i)));
@@ -137,7 +135,8 @@ TEST(BiasSwigluEdge, NanStaysWhereItsFormulaTakesIt) {
   for (int64_t r = 0; r < p.N; ++r)
     for (int64_t j = 0; j < p.H; ++j) {
       const bool nan_a = r == 2 && j == 4, nan_c = r == 5 && j == 17, nan_g = r == 7 && j == 9;
-      const float y = p.y[size_t(r * p.H + j)], da = p.dx[size_t(r * 2 * p.H + j)], dc = p.dx[size_t(r * 2 * p.H + p.H + j)];
+      const float y = p.y[size_t(r * p.H + j)], da = p.dx[size_t(r * 2 * p.H + j)],
+                  dc = p.dx[size_t(r * 2 * p.H + p.H + j)];
       EXPECT_EQ(std::isnan(y), nan_a || nan_c) << r << "," << j;
       EXPECT_EQ(std::isnan(da), nan_a || nan_c || nan_g) << r << "," << j;
       EXPECT_EQ(std::isnan(dc), nan_a || nan_g) << r << "," << j;
@@ -160,12 +159,15 @@ TEST(BiasSwigluEdge, SaturatedSigmoidsStayFinite) {
   for (int64_t r = 0; r < p.N; ++r)
     for (int64_t j = 0; j < p.H; ++j) {
       SCOPED_TRACE("row " + std::to_string(r) + " col " + std::to_string(j) + " a " + std::to_string(p.xa(r, j)));
-      const Ref want = reference(p.xa(r, j), p.xc(r, j), p.bias[size_t(j)], p.bias[size_t(p.H + j)], p.dy[size_t(r * p.H + j)]);
-      const float y = p.y[size_t(r * p.H + j)], da = p.dx[size_t(r * 2 * p.H + j)], dc = p.dx[size_t(r * 2 * p.H + p.H + j)];
+      const Ref want =
+          reference(p.xa(r, j), p.xc(r, j), p.bias[size_t(j)], p.bias[size_t(p.H + j)], p.dy[size_t(r * p.H + j)]);
+      const float y = p.y[size_t(r * p.H + j)], da = p.dx[size_t(r * 2 * p.H + j)],
+                  dc = p.dx[size_t(r * 2 * p.H + p.H + j)];
       ASSERT_TRUE(std::isfinite(y) && std::isfinite(da) && std::isfinite(dc)) << y << " " << da << " " << dc;
       // relative to the terms' size: d silu has a zero near a = -1.28, where a's own rounding in
       // x + bias dominates the relative error of da
-      const double c = std::fabs(double(p.xc(r, j)) + p.bias[size_t(p.H + j)]), g = std::fabs(p.dy[size_t(r * p.H + j)]);
+      const double c = std::fabs(double(p.xc(r, j)) + p.bias[size_t(p.H + j)]),
+                   g = std::fabs(p.dy[size_t(r * p.H + j)]);
       EXPECT_NEAR(y, want.y, 1e-6 * (std::fabs(want.y) + c) + 1e-30);
       EXPECT_NEAR(da, want.da, 1e-6 * (std::fabs(want.da) + g * c) + 1e-30);
       EXPECT_NEAR(dc, want.dc, 1e-6 * std::fabs(want.dc) + 1e-30);
@@ -209,7 +211,8 @@ TEST(BiasSwigluEdge, DbiasBitsDoNotDependOnThreads) {
   for (int64_t k = 0; k < p.H; ++k) {
     double sa = 0, sc = 0, mag = 0;
     for (int64_t r = 0; r < p.N; ++r) {
-      const Ref w = reference(p.xa(r, k), p.xc(r, k), p.bias[size_t(k)], p.bias[size_t(p.H + k)], p.dy[size_t(r * p.H + k)]);
+      const Ref w =
+          reference(p.xa(r, k), p.xc(r, k), p.bias[size_t(k)], p.bias[size_t(p.H + k)], p.dy[size_t(r * p.H + k)]);
       sa += w.da;
       sc += w.dc;
       mag += std::fabs(w.da) + std::fabs(w.dc);

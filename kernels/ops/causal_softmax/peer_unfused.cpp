@@ -31,11 +31,11 @@ namespace opf::suites::peers::causal_unfused {
 struct Pass {
   int32_t dtype;
   int64_t r0, r1, s;
-  const void* in;        // x (forward) or dy (backward), T
-  const void* y;         // backward: the saved output, T
-  const uint8_t* mask;   // [s, s], 1 above the diagonal
-  float* t;              // [rows, s] f32
-  void* out;             // y or dx, T
+  const void* in;       // x (forward) or dy (backward), T
+  const void* y;        // backward: the saved output, T
+  const uint8_t* mask;  // [s, s], 1 above the diagonal
+  float* t;             // [rows, s] f32
+  void* out;            // y or dx, T
   float scale;
 };
 }  // namespace opf::suites::peers::causal_unfused
@@ -132,7 +132,8 @@ void SoftmaxBackwardT(const Pass& p) {
     float dot = SumLanes(d, vdot);
     for (; j < n; ++j) dot += to_f32(g[j]) * to_f32(y[j]);
     const auto vd = hn::Set(d, dot);
-    for (j = 0; j + N <= n; j += N) hn::StoreU(hn::Mul(LoadWiden(d, y + j), hn::Sub(LoadWiden(d, g + j), vd)), d, t + j);
+    for (j = 0; j + N <= n; j += N)
+      hn::StoreU(hn::Mul(LoadWiden(d, y + j), hn::Sub(LoadWiden(d, g + j), vd)), d, t + j);
     for (; j < n; ++j) t[j] = to_f32(y[j]) * (to_f32(g[j]) - dot);
   }
 }
@@ -150,8 +151,10 @@ void ScaleOutT(const Pass& p) {
   for (; j < n; ++j) out[j] = from_f32<S>(t[j] * p.scale);
 }
 
-#define OPF_CAUSAL_PEER_STORAGE(Name) \
-  void Name(const Pass& p) { opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); }
+#define OPF_CAUSAL_PEER_STORAGE(Name)                                          \
+  void Name(const Pass& p) {                                                   \
+    opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); \
+  }
 OPF_CAUSAL_PEER_STORAGE(Scale)
 OPF_CAUSAL_PEER_STORAGE(Softmax)
 OPF_CAUSAL_PEER_STORAGE(SoftmaxBackward)
@@ -173,7 +176,8 @@ HWY_EXPORT(ScaleOut);
 namespace {
 
 std::string unsupported(const PeerCase& c) {
-  if (c.shape.size() != 3 || c.shape[1] != c.shape[2]) return "causal_softmax shapes are [attn_batches, sq, sk], sq == sk";
+  if (c.shape.size() != 3 || c.shape[1] != c.shape[2])
+    return "causal_softmax shapes are [attn_batches, sq, sk], sq == sk";
   if (c.dtype != DType::f32 && c.dtype != DType::f16 && c.dtype != DType::bf16) return "f32, f16 and bf16 only";
   return {};
 }
@@ -187,16 +191,27 @@ const HostArg& arg(const DrawnCase& d, std::string_view name) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry == "backward"), threads_(std::max(1, c.threads)), host_(host_threads(threads_)),
-        dtype_(c.dtype), rows_(c.shape[0] * c.shape[1]), s_(c.shape[1]) {
+      : backward_(c.entry == "backward"),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
+        dtype_(c.dtype),
+        rows_(c.shape[0] * c.shape[1]),
+        s_(c.shape[1]) {
     const size_t n = size_t(rows_) * size_t(s_);
     mask_.resize(size_t(s_ * s_));
     for (int64_t i = 0; i < s_; ++i)
       for (int64_t j = 0; j < s_; ++j) mask_[size_t(i * s_ + j)] = j > i;
     t_.reset(new float[n]);
     out_.resize(n * dtype_size(c.dtype));
-    base_ = Pass{int32_t(c.dtype), 0, 0, s_, arg(drawn, backward_ ? "dy" : "x").bytes.data(),
-                 backward_ ? arg(drawn, "y").bytes.data() : nullptr, mask_.data(), t_.get(), out_.data(),
+    base_ = Pass{int32_t(c.dtype),
+                 0,
+                 0,
+                 s_,
+                 arg(drawn, backward_ ? "dy" : "x").bytes.data(),
+                 backward_ ? arg(drawn, "y").bytes.data() : nullptr,
+                 mask_.data(),
+                 t_.get(),
+                 out_.data(),
                  float(c.params.get("scale"))};
   }
 

@@ -366,7 +366,9 @@ TEST(CausalSoftmaxCli, BadInputsExit2WithOneLineAndWriteNothing) {
       {"f64 x", {"--in", "x=" + D + "/x64.npy"}, "f64"},
       {"scale 0", {"--in", "x=" + D + "/x.npy", "--param", "scale=0"}, "'scale'"},
       {"missing x", {"--entry", "forward"}, "'x'"},
-      {"backward y shape", {"--entry", "backward", "--in", "dy=" + D + "/x.npy", "--in", "y=" + D + "/y_small.npy"}, "y"},
+      {"backward y shape",
+       {"--entry", "backward", "--in", "dy=" + D + "/x.npy", "--in", "y=" + D + "/y_small.npy"},
+       "y"},
   };
   const std::string out = D + "/out";
   const auto before = listing(D);

@@ -101,7 +101,7 @@ HWY_INLINE hn::Vec<D> Element(D d, hn::Vec<D> x, hn::Mask<D> pos, const Consts& 
   const auto z = hn::IfThenElse(pos, hn::Neg(x), x);
   const auto e = ExpNonPositive(d, hn::Neg(hn::Abs(x)));  // (a non-finite x: masked below)
   const auto l = hn::Log1p(d, e);
-  const auto a = hn::Add(hn::Max(z, zero), l);          // softplus(z)
+  const auto a = hn::Add(hn::Max(z, zero), l);           // softplus(z)
   const auto b = hn::Add(hn::Max(hn::Neg(z), zero), l);  // softplus(-z) = -log u
   const auto r = hn::Div(one, hn::Add(one, e));
   const auto er = hn::Mul(e, r);
@@ -215,9 +215,10 @@ struct CallParams {
 
 CallParams read_params(const Args& args) {
   const CallParams p{args.i64(0, "num_real_classes"), args.f64(1, "alpha"), args.f64(2, "gamma"),
-                 args.f64(3, "label_smoothing")};
+                     args.f64(3, "label_smoothing")};
   if (!(p.alpha >= 0.0 && p.alpha <= 1.0)) failf("%s: alpha = %g is outside [0, 1]", args.entry(), p.alpha);
-  if (!(p.gamma >= 0.0 && std::isfinite(p.gamma))) failf("%s: gamma = %g must be finite and >= 0", args.entry(), p.gamma);
+  if (!(p.gamma >= 0.0 && std::isfinite(p.gamma)))
+    failf("%s: gamma = %g must be finite and >= 0", args.entry(), p.gamma);
   if (!(p.smoothing >= 0.0 && p.smoothing < 1.0))
     failf("%s: label_smoothing = %g is outside [0, 1)", args.entry(), p.smoothing);
   return p;
@@ -230,8 +231,10 @@ void forward(const opf_call* c, bool execute) {
   const int64_t rows = x.shape[0], cols = x.shape[1];
   const int64_t unit = 16 / int64_t(dtype_size(DType(x.dtype)));  // apex: 128-bit loads of classes
   if (cols % unit != 0)
-    failf("forward: argument 0 (logits) has Cpad = %lld classes, not a multiple of %lld (16 bytes of %s: pad the classes)",
-          (long long)cols, (long long)unit, dtype_str(x.dtype));
+    failf(
+        "forward: argument 0 (logits) has Cpad = %lld classes, not a multiple of %lld (16 bytes of %s: pad the "
+        "classes)",
+        (long long)cols, (long long)unit, dtype_str(x.dtype));
   if (p.real > cols)
     failf("forward: num_real_classes = %lld exceeds Cpad = %lld of argument 0 (logits)", (long long)p.real,
           (long long)cols);
@@ -245,15 +248,18 @@ void forward(const opf_call* c, bool execute) {
   // host data: the labels are checked before anything is written (supports() checks them too)
   for (int64_t r = 0; r < rows; ++r)
     if (labels[r] < -2 || labels[r] >= p.real)
-      failf("forward: labels[%lld] = %lld is outside [-2, %lld) (num_real_classes %lld; -2 ignores the row, -1 has no positive)",
-            (long long)r, (long long)labels[r], (long long)p.real, (long long)p.real);
+      failf(
+          "forward: labels[%lld] = %lld is outside [-2, %lld) (num_real_classes %lld; -2 ignores the row, -1 has no "
+          "positive)",
+          (long long)r, (long long)labels[r], (long long)p.real, (long long)p.real);
   if (!execute) return;
   if (rows == 0) {
     *loss = 0.0f;
     return;
   }
-  const Forward a{c->host, x.dtype, rows, cols, p.real, x.data, labels, *num_pos, loss, grad,
-                  float(p.alpha), float(p.gamma), float(p.smoothing)};
+  const Forward a{
+      c->host,        x.dtype,           rows, cols, p.real, x.data, labels, *num_pos, loss, grad, float(p.alpha),
+      float(p.gamma), float(p.smoothing)};
   HWY_DYNAMIC_DISPATCH(RunForward)(a);
 }
 

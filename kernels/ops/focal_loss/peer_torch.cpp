@@ -26,8 +26,12 @@ constexpr int64_t kReductionNone = 0;  // at::Reduction::None
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : T_(scalar_type(c.dtype)), real_(c.params.get_int("num_real_classes")), alpha_(c.params.get("alpha")),
-        gamma_(c.params.get("gamma")), s_(c.params.get("label_smoothing")), buf_(drawn) {
+      : T_(scalar_type(c.dtype)),
+        real_(c.params.get_int("num_real_classes")),
+        alpha_(c.params.get("alpha")),
+        gamma_(c.params.get("gamma")),
+        s_(c.params.get("label_smoothing")),
+        buf_(drawn) {
     use_threads(c.threads);
     logits_ = buf_.arg("logits");
     labels_ = buf_.arg("labels");
@@ -36,8 +40,8 @@ class Run final : public PeerRun {
 
   void run() override {
     const at::Tensor x = logits_.slice(1, 0, real_).to(at::kFloat);
-    at::Tensor t = at::zeros_like(x).scatter_(1, labels_.clamp_min(0).unsqueeze(1),
-                                              labels_.ge(0).unsqueeze(1).to(at::kFloat));
+    at::Tensor t =
+        at::zeros_like(x).scatter_(1, labels_.clamp_min(0).unsqueeze(1), labels_.ge(0).unsqueeze(1).to(at::kFloat));
     if (s_ != 0) t = t.mul(1 - s_).add(s_ / 2);
     const at::Tensor valid = labels_.ne(-2).unsqueeze(1).to(at::kFloat);
     const at::Tensor p = at::sigmoid(x);
@@ -81,7 +85,8 @@ class Run final : public PeerRun {
 std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { return std::make_unique<Run>(c, drawn); }
 
 std::string unsupported(const PeerCase& c) {
-  if (c.entry != "forward") return "eager has no backward of its own to match: its gradient is part of this peer's forward";
+  if (c.entry != "forward")
+    return "eager has no backward of its own to match: its gradient is part of this peer's forward";
   if (c.shape.size() != 2) return "focal_loss shapes are [N, Cpad]";
   const int64_t k = c.params.get_int("num_real_classes");
   if (k < 1 || k > c.shape[1]) return "num_real_classes outside [1, Cpad]";

@@ -32,8 +32,28 @@
 namespace opf::suites::peers::focal_unfused {
 enum Buf { X, T, P, CE, PT, MOD, AT, L, GL, GA, GB, kBufs };
 enum Op {
-  kCast, kOneHot, kSmooth, kSigmoid, kBce, kPt, kMod, kMulCeMod, kAlphaT, kMulAt, kMask,
-  kGradL, kGradCe, kGradMod, kGradPt, kGradP, kGradSig, kGradCeX, kAddGrad, kZero, kCopyBack, kOps
+  kCast,
+  kOneHot,
+  kSmooth,
+  kSigmoid,
+  kBce,
+  kPt,
+  kMod,
+  kMulCeMod,
+  kAlphaT,
+  kMulAt,
+  kMask,
+  kGradL,
+  kGradCe,
+  kGradMod,
+  kGradPt,
+  kGradP,
+  kGradSig,
+  kGradCeX,
+  kAddGrad,
+  kZero,
+  kCopyBack,
+  kOps
 };
 struct Pass {
   int32_t dtype;
@@ -88,7 +108,8 @@ void RunT(const Pass& p, int op) {
     case kCast:
       for (int64_t r = p.r0; r < p.r1; ++r) {
         const S* x = static_cast<const S*>(p.logits) + r * p.cols;
-        Map(b[X], size_t(r) * K, size_t(r + 1) * K, [&](auto d, size_t i) { return LoadWiden(d, x + (i - size_t(r) * K)); });
+        Map(b[X], size_t(r) * K, size_t(r + 1) * K,
+            [&](auto d, size_t i) { return LoadWiden(d, x + (i - size_t(r) * K)); });
       }
       break;
     case kOneHot:
@@ -97,7 +118,8 @@ void RunT(const Pass& p, int op) {
         if (p.labels[r] >= 0) b[T][size_t(r) * K + size_t(p.labels[r])] = 1.0f;
       break;
     case kSmooth:
-      Map(b[T], i0, i1, [&](auto d, size_t i) { return hn::MulAdd(ld(d, b[T], i), hn::Set(d, 1 - s), hn::Set(d, s / 2)); });
+      Map(b[T], i0, i1,
+          [&](auto d, size_t i) { return hn::MulAdd(ld(d, b[T], i), hn::Set(d, 1 - s), hn::Set(d, s / 2)); });
       break;
     case kSigmoid:
       Map(b[P], i0, i1, [&](auto d, size_t i) {
@@ -120,9 +142,13 @@ void RunT(const Pass& p, int op) {
       });
       break;
     case kMod:
-      Map(b[MOD], i0, i1, [&](auto d, size_t i) { return g == 0 ? hn::Set(d, 1.0f) : Pow(d, hn::Sub(hn::Set(d, 1.0f), ld(d, b[PT], i)), g); });
+      Map(b[MOD], i0, i1, [&](auto d, size_t i) {
+        return g == 0 ? hn::Set(d, 1.0f) : Pow(d, hn::Sub(hn::Set(d, 1.0f), ld(d, b[PT], i)), g);
+      });
       break;
-    case kMulCeMod: Map(b[L], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[CE], i), ld(d, b[MOD], i)); }); break;
+    case kMulCeMod:
+      Map(b[L], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[CE], i), ld(d, b[MOD], i)); });
+      break;
     case kAlphaT:
       Map(b[AT], i0, i1, [&](auto d, size_t i) {
         const auto t = ld(d, b[T], i);
@@ -136,11 +162,16 @@ void RunT(const Pass& p, int op) {
         const float valid = p.labels[r] == -2 ? 0.0f : 1.0f;
         float* out = b[op == kMask ? L : GL];
         const float* in = b[op == kMask ? L : AT];
-        Map(out, size_t(r) * K, size_t(r + 1) * K, [&](auto d, size_t i) { return hn::Mul(ld(d, in, i), hn::Set(d, valid)); });
+        Map(out, size_t(r) * K, size_t(r + 1) * K,
+            [&](auto d, size_t i) { return hn::Mul(ld(d, in, i), hn::Set(d, valid)); });
       }
       break;
-    case kGradCe: Map(b[GA], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[GL], i), ld(d, b[MOD], i)); }); break;
-    case kGradMod: Map(b[GB], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[GL], i), ld(d, b[CE], i)); }); break;
+    case kGradCe:
+      Map(b[GA], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[GL], i), ld(d, b[MOD], i)); });
+      break;
+    case kGradMod:
+      Map(b[GB], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[GL], i), ld(d, b[CE], i)); });
+      break;
     case kGradPt:  // d/dp_t (1-p_t)^gamma = -gamma (1-p_t)^(gamma-1)
       Map(b[GB], i0, i1, [&](auto d, size_t i) {
         const auto base = hn::Sub(hn::Set(d, 1.0f), ld(d, b[PT], i));
@@ -160,9 +191,12 @@ void RunT(const Pass& p, int op) {
       });
       break;
     case kGradCeX:  // binary_cross_entropy_with_logits_backward: (sigmoid(x) - t) grad
-      Map(b[GA], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[GA], i), hn::Sub(ld(d, b[P], i), ld(d, b[T], i))); });
+      Map(b[GA], i0, i1,
+          [&](auto d, size_t i) { return hn::Mul(ld(d, b[GA], i), hn::Sub(ld(d, b[P], i), ld(d, b[T], i))); });
       break;
-    case kAddGrad: Map(b[GA], i0, i1, [&](auto d, size_t i) { return hn::Add(ld(d, b[GA], i), ld(d, b[GB], i)); }); break;
+    case kAddGrad:
+      Map(b[GA], i0, i1, [&](auto d, size_t i) { return hn::Add(ld(d, b[GA], i), ld(d, b[GB], i)); });
+      break;
     case kZero:
       std::memset(static_cast<S*>(p.grad) + p.r0 * p.cols, 0, size_t(p.r1 - p.r0) * size_t(p.cols) * sizeof(S));
       break;
@@ -213,7 +247,8 @@ const HostArg& arg(const DrawnCase& d, std::string_view name) {
 
 class PeerRunImpl final : public PeerRun {
  public:
-  PeerRunImpl(const PeerCase& c, const DrawnCase& drawn) : threads_(std::max(1, c.threads)), host_(host_threads(threads_)) {
+  PeerRunImpl(const PeerCase& c, const DrawnCase& drawn)
+      : threads_(std::max(1, c.threads)), host_(host_threads(threads_)) {
     rows_ = c.shape[0];
     cols_ = c.shape[1];
     real_ = c.params.get_int("num_real_classes");
@@ -221,9 +256,18 @@ class PeerRunImpl final : public PeerRun {
     const size_t n = size_t(rows_) * size_t(real_);
     storage_.reset(new float[std::max<size_t>(n, 1) * kBufs]);
     grad_.resize(size_t(rows_ * cols_) * dtype_size(c.dtype));
-    base_ = Pass{int32_t(c.dtype), 0, 0, cols_, real_, arg(drawn, "logits").bytes.data(), grad_.data(),
-                 reinterpret_cast<const int64_t*>(arg(drawn, "labels").bytes.data()), {},
-                 float(c.params.get("alpha")), float(c.params.get("gamma")), float(c.params.get("label_smoothing"))};
+    base_ = Pass{int32_t(c.dtype),
+                 0,
+                 0,
+                 cols_,
+                 real_,
+                 arg(drawn, "logits").bytes.data(),
+                 grad_.data(),
+                 reinterpret_cast<const int64_t*>(arg(drawn, "labels").bytes.data()),
+                 {},
+                 float(c.params.get("alpha")),
+                 float(c.params.get("gamma")),
+                 float(c.params.get("label_smoothing"))};
     for (int k = 0; k < kBufs; ++k) base_.buf[k] = storage_.get() + size_t(k) * n;
     num_pos_ = *reinterpret_cast<const float*>(arg(drawn, "num_positives_sum").bytes.data());
     partial_.assign(size_t(threads_), 0.0);
@@ -264,7 +308,8 @@ class PeerRunImpl final : public PeerRun {
   void sum() {
     const float* l = base_.buf[L];
     opf::cpu::parallel_for(host_, threads_, [&](int64_t t) {
-      const size_t i0 = size_t(rows_ * t / threads_) * size_t(real_), i1 = size_t(rows_ * (t + 1) / threads_) * size_t(real_);
+      const size_t i0 = size_t(rows_ * t / threads_) * size_t(real_),
+                   i1 = size_t(rows_ * (t + 1) / threads_) * size_t(real_);
       double s = 0;  // (eager's cascade sum is accurate too; a serial f32 sum would not be)
       for (size_t i = i0; i < i1; ++i) s += l[i];
       partial_[size_t(t)] = s;
@@ -285,7 +330,9 @@ class PeerRunImpl final : public PeerRun {
   float num_pos_ = 1, loss_ = 0;
 };
 
-std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { return std::make_unique<PeerRunImpl>(c, drawn); }
+std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) {
+  return std::make_unique<PeerRunImpl>(c, drawn);
+}
 
 }  // namespace
 

@@ -67,8 +67,8 @@ void describe(CaseDesc& c, const Shape& s, const Params& p) {
     c.set("loss", {1});
     c.set("partial_grad", {rows, cols});
     c.reduce_len = std::max<int64_t>(1, rows * k);  // the loss sums every real element
-    c.bytes = 2 * n * e + 8.0 * double(rows);        // logits in, gradient out, labels
-    c.flops = 40 * double(rows) * double(k);         // exp, log1p, a division, the weights
+    c.bytes = 2 * n * e + 8.0 * double(rows);       // logits in, gradient out, labels
+    c.flops = 40 * double(rows) * double(k);        // exp, log1p, a division, the weights
   } else {
     c.set("grad_loss", {1}, {Fill::uniform, 0.5, 2.0});
     c.set("partial_grad", {rows, cols}, {Fill::uniform, -1.0, 1.0});

@@ -49,13 +49,18 @@ struct Focal {
   float loss = kPoison;
   std::vector<float> grad;
 
-  Focal(int64_t n, int64_t c, int64_t real, float lo = -8.0f, float hi = 4.0f) : N(n), C(c), x(size_t(n * c)), labels(size_t(n)) {
+  Focal(int64_t n, int64_t c, int64_t real, float lo = -8.0f, float hi = 4.0f)
+      : N(n), C(c), x(size_t(n * c)), labels(size_t(n)) {
     std::mt19937_64 rng(kSeed);
     std::uniform_real_distribution<float> u(lo, hi);
     for (float& v : x) v = u(rng);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t kind = r % 6;  // ignored, no positive, first class, last real class, random x2
-      labels[size_t(r)] = kind == 0 ? -2 : kind == 1 ? -1 : kind == 2 ? 0 : kind == 3 ? real - 1 : int64_t(rng() % uint64_t(real));
+      labels[size_t(r)] = kind == 0   ? -2
+                          : kind == 1 ? -1
+                          : kind == 2 ? 0
+                          : kind == 3 ? real - 1
+                                      : int64_t(rng() % uint64_t(real));
     }
   }
   float* row(int64_t r) { return &x[size_t(r * C)]; }
@@ -75,7 +80,10 @@ struct Focal {
   }
 
   opf::CallBuilder& params(opf::CallBuilder& call, const Hyper& h) const {
-    return call.param("num_real_classes", double(h.real)).param("alpha", h.alpha).param("gamma", h.gamma).param("label_smoothing", h.s);
+    return call.param("num_real_classes", double(h.real))
+        .param("alpha", h.alpha)
+        .param("gamma", h.gamma)
+        .param("label_smoothing", h.s);
   }
 
   int forward(const Hyper& h, std::string* err = nullptr, Bad bad = Bad::none, int threads = 0) {
@@ -257,7 +265,8 @@ TEST(FocalLossEdge, OutOfRangeLabelNamesTheRowAndWritesNothing) {
     f.labels[17] = badl;
     std::string err;
     EXPECT_NE(f.forward(Hyper{19}, &err), 0);
-    EXPECT_NE(err.find("forward: labels[17] = " + std::to_string(badl) + " is outside [-2, 19)"), std::string::npos) << err;
+    EXPECT_NE(err.find("forward: labels[17] = " + std::to_string(badl) + " is outside [-2, 19)"), std::string::npos)
+        << err;
     expect_one_line(err);
     EXPECT_TRUE(std::isnan(f.loss)) << "loss written despite the error";
     for (float v : f.grad) ASSERT_TRUE(std::isnan(v)) << "partial_grad written despite the error";

@@ -85,8 +85,8 @@ HWY_INLINE V Update(D d, const Consts& c, V g, V p, V& m, V& v, V& probe) {
 
 // Elements [0, n) of one tensor's g, p, m, v; true if a gradient element is not finite.
 template <bool kAdamW, class S>
-bool Run(const Consts& c, const S* HWY_RESTRICT g, S* HWY_RESTRICT p, float* HWY_RESTRICT m,
-         float* HWY_RESTRICT v, size_t n) {
+bool Run(const Consts& c, const S* HWY_RESTRICT g, S* HWY_RESTRICT p, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+         size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   auto probe = hn::Zero(d);
@@ -121,7 +121,7 @@ bool Run(const Consts& c, const S* HWY_RESTRICT g, S* HWY_RESTRICT p, float* HWY
 template <bool kAdamW, class S>
 void StepT(Step& a) {
   const hn::ScalableTag<float> d;
-  const Consts c{hn::Set(d, a.b1), hn::Set(d, a.omb1), hn::Set(d, a.b2),  hn::Set(d, a.omb2), hn::Set(d, a.lr),
+  const Consts c{hn::Set(d, a.b1),  hn::Set(d, a.omb1), hn::Set(d, a.b2),   hn::Set(d, a.omb2), hn::Set(d, a.lr),
                  hn::Set(d, a.eps), hn::Set(d, a.wd),   hn::Set(d, a.rbc1), hn::Set(d, a.rbc2)};
   const int64_t ntasks = int64_t(a.task_start.size()) - 1;
   std::vector<uint8_t> bad(size_t(ntasks), 0);
@@ -172,7 +172,7 @@ void check_list(const Args& args, std::span<const opf_tensor> list, const char* 
     if (t.dtype != dtype)
       failf("%s: %s[%zu] has dtype %s, expected %s%s", e, name, k, dtype_str(t.dtype), dtype_str(dtype),
             dtype == OPF_F32 && std::string_view(name).starts_with("exp_avg") ? " (optimizer states are f32)"
-                                                                             : " (the dtype of grads)");
+                                                                              : " (the dtype of grads)");
     if (numel(t) != numel(grads[k]))
       failf("%s: %s[%zu] has %lld elements, grads[%zu] has %lld", e, name, k, (long long)numel(t), k,
             (long long)numel(grads[k]));
@@ -182,7 +182,8 @@ void check_list(const Args& args, std::span<const opf_tensor> list, const char* 
 
 void check_param(const char* e, const char* name, double v, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok) failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  if (!ok)
+    failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
 }
 
 void call(const opf_call* c, bool execute) {

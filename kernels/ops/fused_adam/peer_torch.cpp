@@ -46,10 +46,8 @@ class Run final : public PeerRun {
     const bool adam_w = params_.flag("adam_w_mode"), bc = params_.flag("bias_correction");
     std::vector<at::Tensor> grads = g_;
     if (wd != 0) {
-      if (adam_w)
-        at::_foreach_mul_(p_, 1 - lr * wd);
-      else
-        grads = at::_foreach_add(g_, p_, wd);
+      if (adam_w) at::_foreach_mul_(p_, 1 - lr * wd);
+      else grads = at::_foreach_add(g_, p_, wd);
     }
     at::_foreach_mul_(m_, beta1);
     at::_foreach_add_(m_, grads, 1 - beta1);

@@ -82,13 +82,16 @@ void PassT(const Pass& a) {
   switch (a.op) {
     case Op::mul: {
       S* x = static_cast<S*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Mul(LoadWiden(d, x + j), vs); }, [&](size_t j) { return to_f32(x[j]) * s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Mul(LoadWiden(d, x + j), vs); },
+          [&](size_t j) { return to_f32(x[j]) * s; });
       return;
     }
     case Op::add_new: {
       S* x = static_cast<S*>(a.x);
       const S *y = static_cast<const S*>(a.y), *z = static_cast<const S*>(a.z);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), LoadWiden(d, y + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), LoadWiden(d, y + j)); },
           [&](size_t j) { return std::fma(s, to_f32(z[j]), to_f32(y[j])); });
       return;
     }
@@ -97,7 +100,8 @@ void PassT(const Pass& a) {
       const S* y = static_cast<const S*>(a.y);
       const bool small = std::fabs(s) < 0.5f;
       const auto vw1 = hn::Set(d, 1.0f - s);
-      Map(d, x, a.n,
+      Map(
+          d, x, a.n,
           [&](size_t j) {
             const auto self = hn::LoadU(d, x + j), end = LoadWiden(d, y + j), diff = hn::Sub(end, self);
             return small ? hn::MulAdd(vs, diff, self) : hn::NegMulAdd(diff, vw1, end);
@@ -111,7 +115,8 @@ void PassT(const Pass& a) {
     case Op::addcmul: {
       float* x = static_cast<float*>(a.x);
       const S* y = static_cast<const S*>(a.y);
-      Map(d, x, a.n,
+      Map(
+          d, x, a.n,
           [&](size_t j) {
             const auto g = LoadWiden(d, y + j);
             return hn::MulAdd(hn::Mul(vs, g), g, hn::LoadU(d, x + j));
@@ -122,24 +127,31 @@ void PassT(const Pass& a) {
     case Op::sqrt: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::Sqrt(hn::LoadU(d, y + j)); }, [&](size_t j) { return std::sqrt(y[j]); });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Sqrt(hn::LoadU(d, y + j)); },
+          [&](size_t j) { return std::sqrt(y[j]); });
       return;
     }
     case Op::div: {
       float* x = static_cast<float*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] / s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] / s; });
       return;
     }
     case Op::add: {
       float* x = static_cast<float*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Add(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] + s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Add(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] + s; });
       return;
     }
     case Op::addcdiv: {
       S* x = static_cast<S*>(a.x);
       const float *y = static_cast<const float*>(a.y), *z = static_cast<const float*>(a.z);
-      Map(d, x, a.n,
-          [&](size_t j) { return hn::MulAdd(vs, hn::Div(hn::LoadU(d, y + j), hn::LoadU(d, z + j)), LoadWiden(d, x + j)); },
+      Map(
+          d, x, a.n,
+          [&](size_t j) {
+            return hn::MulAdd(vs, hn::Div(hn::LoadU(d, y + j), hn::LoadU(d, z + j)), LoadWiden(d, x + j));
+          },
           [&](size_t j) { return std::fma(s, y[j] / z[j], to_f32(x[j])); });
       return;
     }
@@ -282,7 +294,8 @@ std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { retur
 
 }  // namespace fused_adam_unfused
 
-OPF_PEER_ADAPTER(unfused_fused_adam, "unfused", "fused_adam", fused_adam_unfused::unsupported, fused_adam_unfused::make);
+OPF_PEER_ADAPTER(unfused_fused_adam, "unfused", "fused_adam", fused_adam_unfused::unsupported,
+                 fused_adam_unfused::make);
 
 }  // namespace opf::suites::peers
 #endif  // HWY_ONCE

@@ -95,7 +95,7 @@ void describe(CaseDesc& c, const Shape& s, const Params&) {
   c.set_list("params", shapes, {Fill::uniform, -1.0, 1.0});
   c.set_list("exp_avg", shapes, {Fill::uniform, -0.5, 0.5});
   c.set_list("exp_avg_sq", shapes, {Fill::uniform, 0.01, 1.0});  // >= 0, as a running mean of g^2
-  c.set("noop_flag", {1}, {Fill::index, 0, 1});                   // integers in [0, 1): 0, step runs
+  c.set("noop_flag", {1}, {Fill::index, 0, 1});                  // integers in [0, 1): 0, step runs
   const double e = double(dtype_size(c.dtype));
   // read g, p, m, v; write p, m, v (the flag: 4 bytes per call, not counted)
   c.bytes = total * (3 * e + 4 * 4);

@@ -157,8 +157,8 @@ void check_formula(const Lists& out, const Lists& in, const Hyper& h) {
       const double p = out.pv(k, i), m = out.m[k][size_t(i)], v = out.v[k][size_t(i)];
       if (std::fabs(p - e.p) > e.tol_p || std::fabs(m - e.m) > e.tol_m || std::fabs(v - e.v) > e.tol_v) {
         ++bad;
-        ADD_FAILURE() << "tensor " << k << " element " << i << ": p " << p << " want " << e.p << ", m " << m
-                      << " want " << e.m << ", v " << v << " want " << e.v;
+        ADD_FAILURE() << "tensor " << k << " element " << i << ": p " << p << " want " << e.p << ", m " << m << " want "
+                      << e.m << ", v " << v << " want " << e.v;
       }
     }
 }
@@ -286,16 +286,17 @@ TEST(FusedAdam, MismatchedListsAreRefusedNamingTheList) {
 TEST(FusedAdam, ShapesMayDifferWhenElementCountsMatch) {
   Lists a(DType::bf16, {100, 48}), b = a;
   ASSERT_EQ(run(a, Hyper{}), 0);
-  ASSERT_EQ(run(b, Hyper{}, nullptr, [](opf::CallBuilder& cb, Lists& L) {
-              for (size_t k = 0; k < L.sizes.size(); ++k) {
-                const int64_t n = L.sizes[k];
-                cb.add("grads", L.g[k].data(), L.dt, {n});
-                cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
-                cb.add("exp_avg", L.m[k].data(), DType::f32, {2, 2, n / 4});
-                cb.add("exp_avg_sq", L.v[k].data(), DType::f32, {n, 1});
-              }
-              cb.add("noop_flag", &L.flag, DType::i32, {1});
-            }),
+  ASSERT_EQ(run(b, Hyper{}, nullptr,
+                [](opf::CallBuilder& cb, Lists& L) {
+                  for (size_t k = 0; k < L.sizes.size(); ++k) {
+                    const int64_t n = L.sizes[k];
+                    cb.add("grads", L.g[k].data(), L.dt, {n});
+                    cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
+                    cb.add("exp_avg", L.m[k].data(), DType::f32, {2, 2, n / 4});
+                    cb.add("exp_avg_sq", L.v[k].data(), DType::f32, {n, 1});
+                  }
+                  cb.add("noop_flag", &L.flag, DType::i32, {1});
+                }),
             0);
   EXPECT_TRUE(a.state() == b.state());
 }
@@ -346,7 +347,8 @@ TEST(FusedAdam, BiasCorrectionOnTheFirstStep) {
     check_formula(L, in, h);
     for (int64_t i = 0; i < L.sizes[0]; ++i) {
       const double g = in.gv(0, i), step = in.pv(0, i) - L.pv(0, i);
-      const double want = bc ? 1e-3 * g / (std::fabs(g) + 1e-8) : 1e-3 * 0.1 * g / (std::sqrt(0.001) * std::fabs(g) + 1e-8);
+      const double want =
+          bc ? 1e-3 * g / (std::fabs(g) + 1e-8) : 1e-3 * 0.1 * g / (std::sqrt(0.001) * std::fabs(g) + 1e-8);
       EXPECT_NEAR(step, want, 1e-9 + 4e-7 * (std::fabs(in.pv(0, i)) + 1e-3)) << (bc ? "on " : "off ") << i;
     }
   }

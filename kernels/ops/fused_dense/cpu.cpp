@@ -170,7 +170,8 @@ HWY_INLINE GeluParts GeluSig(DF d, VF h) {
   const auto one = hn::Set(d, 1.0f), cap = hn::Set(d, 0x1p60f);
   auto h2 = hn::Mul(h, h);
   h2 = hn::IfThenElse(hn::Lt(h2, cap), h2, cap);
-  const auto z2 = hn::Mul(hn::Set(d, 2.0f * 0.7978845608f), hn::Mul(h, hn::Add(one, hn::Mul(hn::Set(d, 0.044715f), h2))));
+  const auto z2 =
+      hn::Mul(hn::Set(d, 2.0f * 0.7978845608f), hn::Mul(h, hn::Add(one, hn::Mul(hn::Set(d, 0.044715f), h2))));
   const auto m = hn::Neg(hn::Abs(z2));
   const auto e = hn::IfThenZeroElse(hn::Lt(m, hn::Set(d, kExpFloor)), ExpClamped(d, m));
   const auto r = hn::Div(one, hn::Add(one, e)), er = hn::Mul(e, r);
@@ -180,7 +181,8 @@ HWY_INLINE GeluParts GeluSig(DF d, VF h) {
 HWY_INLINE VF Gelu(DF d, VF h) { return hn::Mul(h, GeluSig(d, h).s); }
 HWY_INLINE VF DGelu(DF d, VF h) {
   const GeluParts g = GeluSig(d, h);
-  const auto dz = hn::Mul(hn::Set(d, 0.7978845608f), hn::Add(hn::Set(d, 1.0f), hn::Mul(hn::Set(d, 3.0f * 0.044715f), g.h2)));
+  const auto dz =
+      hn::Mul(hn::Set(d, 0.7978845608f), hn::Add(hn::Set(d, 1.0f), hn::Mul(hn::Set(d, 3.0f * 0.044715f), g.h2)));
   // ((s (1 - s)) z') h 2: the saturated 0 first, so that a huge h never meets it as inf
   return hn::Add(g.s, hn::Mul(hn::Mul(hn::Mul(hn::Mul(g.s, g.t), dz), h), hn::Set(d, 2.0f)));
 }
@@ -404,7 +406,8 @@ int64_t dim_of(const Args& args, int i, const char* name, int d) {
 
 // cblas takes int sizes and leading dimensions.
 void check_int(const char* entry, const char* what, int64_t v) {
-  if (v > INT_MAX) failf("%s: %s = %lld is beyond OpenBLAS's int sizes (at most %d)", entry, what, (long long)v, INT_MAX);
+  if (v > INT_MAX)
+    failf("%s: %s = %lld is beyond OpenBLAS's int sizes (at most %d)", entry, what, (long long)v, INT_MAX);
 }
 
 void call(const opf_call* c, bool execute) {
@@ -459,8 +462,10 @@ void call(const opf_call* c, bool execute) {
     a.dw2 = expect_arg(args, 9, "dweight2", a.dtype, {a.out, a.hid}).data;
     a.db2 = expect_arg(args, 10, "dbias2", a.dtype, {a.out}).data;
   } else {
-    failf("unknown entry '%.40s' (fused_dense has linear_bias_forward, linear_bias_backward, "
-          "linear_gelu_linear_forward, linear_gelu_linear_backward)", c->entry ? c->entry : "");
+    failf(
+        "unknown entry '%.40s' (fused_dense has linear_bias_forward, linear_bias_backward, "
+        "linear_gelu_linear_forward, linear_gelu_linear_backward)",
+        c->entry ? c->entry : "");
   }
   check_int(c->entry, "batch", a.b);
   check_int(c->entry, "in", a.in);

@@ -63,8 +63,10 @@ class Run final : public PeerRun {
       colsum(dy, out_mem("dbias", {1, hid}));
     } else if (c.entry == "linear_gelu_linear_forward") {
       memory h = out_mem("h", {b, hid}), a = out_mem("a", {b, hid});
-      matmul(in_mem("x", {b, in}, tag::ab), in_mem("weight1", {in, hid}, tag::ba), in_mem("bias1", {1, hid}, tag::ab), h);
-      gelu_fwd_ = {{dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_gelu_tanh, h.get_desc(), 0.f, 0.f}, eng_};
+      matmul(in_mem("x", {b, in}, tag::ab), in_mem("weight1", {in, hid}, tag::ba), in_mem("bias1", {1, hid}, tag::ab),
+             h);
+      gelu_fwd_ = {{dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_gelu_tanh, h.get_desc(), 0.f, 0.f},
+                   eng_};
       steps_.push_back({dnnl::eltwise_forward(gelu_fwd_), {{DNNL_ARG_SRC, h}, {DNNL_ARG_DST, a}}});
       matmul(a, in_mem("weight2", {hid, out}, tag::ba), in_mem("bias2", {1, out}, tag::ab), out_mem("y", {b, out}));
     } else {
@@ -74,10 +76,12 @@ class Run final : public PeerRun {
       colsum(dy, out_mem("dbias2", {1, out}));
       memory da({{b, hid}, dt::f32, tag::ab}, eng_), dh({{b, hid}, dt::f32, tag::ab}, eng_);
       matmul(dy, in_mem("weight2", {out, hid}, tag::ab), {}, da);
-      gelu_fwd_ = {{dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_gelu_tanh, h.get_desc(), 0.f, 0.f}, eng_};
+      gelu_fwd_ = {{dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_gelu_tanh, h.get_desc(), 0.f, 0.f},
+                   eng_};
       dnnl::eltwise_backward::primitive_desc bwd(
           {dnnl::algorithm::eltwise_gelu_tanh, dh.get_desc(), h.get_desc(), 0.f, 0.f}, eng_, gelu_fwd_);
-      steps_.push_back({dnnl::eltwise_backward(bwd), {{DNNL_ARG_SRC, h}, {DNNL_ARG_DIFF_DST, da}, {DNNL_ARG_DIFF_SRC, dh}}});
+      steps_.push_back(
+          {dnnl::eltwise_backward(bwd), {{DNNL_ARG_SRC, h}, {DNNL_ARG_DIFF_DST, da}, {DNNL_ARG_DIFF_SRC, dh}}});
       colsum(dh, out_mem("dbias1", {1, hid}));
       memory dht({{hid, b}, dt::f32, tag::ba}, eng_, dh.get_data_handle());
       matmul(dht, x, {}, out_mem("dweight1", {hid, in}));
@@ -108,16 +112,19 @@ class Run final : public PeerRun {
   // dst = src·weights (+ bias [1, n] when given)
   void matmul(const memory& src, const memory& w, const memory& bias, const memory& dst) {
     const bool has_bias = bias.get(true) != nullptr;
-    const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src.get_desc(), w.get_desc(), bias.get_desc(), dst.get_desc())
-                                          : dnnl::matmul::desc(src.get_desc(), w.get_desc(), dst.get_desc());
-    Step s{dnnl::matmul(dnnl::matmul::primitive_desc(d, eng_)), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}}};
+    const dnnl::matmul::desc d = has_bias
+                                     ? dnnl::matmul::desc(src.get_desc(), w.get_desc(), bias.get_desc(), dst.get_desc())
+                                     : dnnl::matmul::desc(src.get_desc(), w.get_desc(), dst.get_desc());
+    Step s{dnnl::matmul(dnnl::matmul::primitive_desc(d, eng_)),
+           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}}};
     if (has_bias) s.args[DNNL_ARG_BIAS] = bias;
     steps_.push_back(std::move(s));
   }
   // dst [1, n] = Σ_rows src [m, n]
   void colsum(const memory& src, const memory& dst) {
     const dnnl::reduction::desc d(dnnl::algorithm::reduction_sum, src.get_desc(), dst.get_desc(), 0.f, 0.f);
-    steps_.push_back({dnnl::reduction(dnnl::reduction::primitive_desc(d, eng_)), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}});
+    steps_.push_back(
+        {dnnl::reduction(dnnl::reduction::primitive_desc(d, eng_)), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}});
   }
 
   dnnl::engine eng_{dnnl::engine::kind::cpu, 0};

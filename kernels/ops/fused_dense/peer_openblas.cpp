@@ -25,9 +25,9 @@ namespace opf::suites::peers::dense_openblas {
 // One elementwise pass over rows [r0, r1) (columns for ColSum) of a [rows, cols] f32 matrix.
 struct Pass {
   int64_t r0, r1, rows, cols;
-  float* m;           // the matrix (in place), or the source of ColSum
-  const float* aux;   // the bias [cols]; h for DGelu
-  float* out;         // ColSum: [cols]
+  float* m;          // the matrix (in place), or the source of ColSum
+  const float* aux;  // the bias [cols]; h for DGelu
+  float* out;        // ColSum: [cols]
 };
 }  // namespace opf::suites::peers::dense_openblas
 #endif
@@ -52,14 +52,17 @@ HWY_INLINE Sig GeluSig(DF d, VF h) {
   const auto one = hn::Set(d, 1.0f), cap = hn::Set(d, 0x1p60f);
   auto h2 = hn::Mul(h, h);
   h2 = hn::IfThenElse(hn::Lt(h2, cap), h2, cap);
-  const auto z2 = hn::Mul(hn::Set(d, 2.0f * 0.7978845608f), hn::Mul(h, hn::Add(one, hn::Mul(hn::Set(d, 0.044715f), h2))));
+  const auto z2 =
+      hn::Mul(hn::Set(d, 2.0f * 0.7978845608f), hn::Mul(h, hn::Add(one, hn::Mul(hn::Set(d, 0.044715f), h2))));
   const auto m = hn::Neg(hn::Abs(z2));
   const auto e = hn::IfThenZeroElse(hn::Lt(m, hn::Set(d, kExpFloor)), ExpClamped(d, m));
   const auto r = hn::Div(one, hn::Add(one, e)), er = hn::Mul(e, r);
   const auto neg = hn::Lt(z2, hn::Zero(d));
   return {hn::IfThenElse(neg, er, r), hn::IfThenElse(neg, r, er), h2};
 }
-float gelu1(float h) { return float(0.5 * h * (1 + std::tanh(0.7978845608028654 * (h + 0.044715 * double(h) * h * h)))); }
+float gelu1(float h) {
+  return float(0.5 * h * (1 + std::tanh(0.7978845608028654 * (h + 0.044715 * double(h) * h * h))));
+}
 float dgelu1(float h) {
   const double hd = h, t = std::tanh(0.7978845608028654 * (hd + 0.044715 * hd * hd * hd));
   return float(0.5 * (1 + t) + 0.5 * hd * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * hd * hd));
@@ -103,7 +106,8 @@ void DGelu(const Pass& p) {
       [&](size_t i) {
         const auto h = hn::LoadU(d, p.aux + i);
         const Sig g = GeluSig(d, h);
-        const auto dz = hn::Mul(hn::Set(d, 0.7978845608f), hn::Add(hn::Set(d, 1.0f), hn::Mul(hn::Set(d, 3.0f * 0.044715f), g.h2)));
+        const auto dz =
+            hn::Mul(hn::Set(d, 0.7978845608f), hn::Add(hn::Set(d, 1.0f), hn::Mul(hn::Set(d, 3.0f * 0.044715f), g.h2)));
         const auto dg = hn::Add(g.s, hn::Mul(hn::Mul(hn::Mul(hn::Mul(g.s, g.t), dz), h), hn::Set(d, 2.0f)));
         hn::StoreU(hn::Mul(hn::LoadU(d, p.m + i), dg), d, p.m + i);
       },
@@ -117,7 +121,8 @@ void ColSum(const Pass& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     const float* row = p.m + r * p.cols;
     size_t j = size_t(p.r0);
-    for (; j + N <= size_t(p.r1); j += N) hn::StoreU(hn::Add(hn::LoadU(d, p.out + j), hn::LoadU(d, row + j)), d, p.out + j);
+    for (; j + N <= size_t(p.r1); j += N)
+      hn::StoreU(hn::Add(hn::LoadU(d, p.out + j), hn::LoadU(d, row + j)), d, p.out + j);
     for (; j < size_t(p.r1); ++j) p.out[j] += row[j];
   }
 }
@@ -158,15 +163,20 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int
     std::fill(c, c + m * n, 0.0f);
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.0f,
-              a, int(lda), b, int(ldb), 0.0f, c, int(n));
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+              1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(n));
 }
 
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : entry_(c.entry), threads_(std::max(1, c.threads)), host_(host_threads(threads_)), b_(c.shape[0]),
-        in_(c.shape[1]), hid_(c.shape[2]), out_(c.shape[3]) {
+      : entry_(c.entry),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
+        b_(c.shape[0]),
+        in_(c.shape[1]),
+        hid_(c.shape[2]),
+        out_(c.shape[3]) {
     x_ = load(drawn, "x");
     if (entry_ == "linear_bias_forward") {
       w1_ = load(drawn, "weight"), b1_ = load(drawn, "bias");
@@ -175,7 +185,8 @@ class Run final : public PeerRun {
       w1_ = load(drawn, "weight"), dy_ = load(drawn, "dy");
       set("dx", b_ * in_), set("dweight", hid_ * in_), set("dbias", hid_);
     } else if (entry_ == "linear_gelu_linear_forward") {
-      w1_ = load(drawn, "weight1"), b1_ = load(drawn, "bias1"), w2_ = load(drawn, "weight2"), b2_ = load(drawn, "bias2");
+      w1_ = load(drawn, "weight1"), b1_ = load(drawn, "bias1"), w2_ = load(drawn, "weight2"),
+      b2_ = load(drawn, "bias2");
       set("h", b_ * hid_), set("a", b_ * hid_), set("y", b_ * out_);
     } else {
       w1_ = load(drawn, "weight1"), w2_ = load(drawn, "weight2"), dy_ = load(drawn, "dy");
@@ -245,7 +256,9 @@ class Run final : public PeerRun {
     split(r, Pass{0, 0, r, c, m, aux, o}, f);
   }
   void cols(int64_t r, int64_t c, const float* m, float* o) {
-    split(c, Pass{0, 0, r, c, const_cast<float*>(m), nullptr, o}, [](const Pass& p) { HWY_DYNAMIC_DISPATCH(ColSum)(p); });
+    split(c, Pass{0, 0, r, c, const_cast<float*>(m), nullptr, o}, [](const Pass& p) {
+      HWY_DYNAMIC_DISPATCH(ColSum)(p);
+    });
   }
 
   std::string entry_;

@@ -144,8 +144,8 @@ void reference(std::string_view entry, std::vector<RefArg>& args, const Params&)
   if (entry == "linear_bias_forward") {
     const auto& x = ref_arg(args, "x");
     const int64_t b = x.desc->shape[0], in = x.desc->shape[1], hid = ref_arg(args, "bias").desc->shape[0];
-    matmul_nt(x.v.data(), ref_arg(args, "weight").v.data(), ref_arg(args, "bias").v.data(),
-              ref_arg(args, "y").v.data(), b, hid, in);
+    matmul_nt(x.v.data(), ref_arg(args, "weight").v.data(), ref_arg(args, "bias").v.data(), ref_arg(args, "y").v.data(),
+              b, hid, in);
   } else if (entry == "linear_bias_backward") {
     const auto& dy = ref_arg(args, "dy");
     const auto& x = ref_arg(args, "x");
@@ -161,8 +161,8 @@ void reference(std::string_view entry, std::vector<RefArg>& args, const Params&)
     auto& a = ref_arg(args, "a").v;
     matmul_nt(x.v.data(), ref_arg(args, "weight1").v.data(), ref_arg(args, "bias1").v.data(), h.data(), b, hid, in);
     for (size_t i = 0; i < h.size(); ++i) a[i] = gelu(h[i]);
-    matmul_nt(a.data(), ref_arg(args, "weight2").v.data(), ref_arg(args, "bias2").v.data(),
-              ref_arg(args, "y").v.data(), b, out, hid);
+    matmul_nt(a.data(), ref_arg(args, "weight2").v.data(), ref_arg(args, "bias2").v.data(), ref_arg(args, "y").v.data(),
+              b, out, hid);
   } else {
     const auto& dy = ref_arg(args, "dy");
     const auto& x = ref_arg(args, "x");

@@ -58,10 +58,10 @@ int64_t numel(const std::vector<int64_t>& s) {
 // The entry's tensors for [b, in, hid, out], inputs drawn from rng (never 0), outputs empty.
 Tensors problem(const std::string& entry, int64_t b, int64_t in, int64_t hid, int64_t out, std::mt19937_64& rng) {
   std::map<std::string, std::vector<int64_t>> shapes = {
-      {"x", {b, in}},        {"weight", {hid, in}},   {"bias", {hid}},       {"weight1", {hid, in}},
-      {"bias1", {hid}},      {"weight2", {out, hid}}, {"bias2", {out}},      {"a", {b, hid}},
-      {"h", {b, hid}},       {"dx", {b, in}},         {"dweight", {hid, in}}, {"dbias", {hid}},
-      {"dweight1", {hid, in}}, {"dbias1", {hid}},     {"dweight2", {out, hid}}, {"dbias2", {out}}};
+      {"x", {b, in}},          {"weight", {hid, in}},   {"bias", {hid}},          {"weight1", {hid, in}},
+      {"bias1", {hid}},        {"weight2", {out, hid}}, {"bias2", {out}},         {"a", {b, hid}},
+      {"h", {b, hid}},         {"dx", {b, in}},         {"dweight", {hid, in}},   {"dbias", {hid}},
+      {"dweight1", {hid, in}}, {"dbias1", {hid}},       {"dweight2", {out, hid}}, {"dbias2", {out}}};
   const bool lb = entry.rfind("linear_bias", 0) == 0;
   shapes["y"] = {b, lb ? hid : out};
   shapes["dy"] = {b, lb ? hid : out};
@@ -214,7 +214,8 @@ TEST(FusedDenseEdge, SameBitsForAnyThreadCount) {
         Tensors t = one;
         ASSERT_EQ(run(entry, t, dt, threads), 0);
         for (const auto& [name, x] : one)
-          EXPECT_EQ(std::memcmp(x.v.data(), t.at(name).v.data(), x.v.size() * 4), 0) << name << ", " << threads << " threads";
+          EXPECT_EQ(std::memcmp(x.v.data(), t.at(name).v.data(), x.v.size() * 4), 0)
+              << name << ", " << threads << " threads";
       }
     }
 }
@@ -258,16 +259,23 @@ TEST(FusedDenseEdge, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
     const char* text;
   };
   const Want cases[] = {
-      {"linear_bias_forward", "weight", Bad::shape, "linear_bias_forward: argument 2 (bias) has size 6 in dim 0, expected 7"},
+      {"linear_bias_forward", "weight", Bad::shape,
+       "linear_bias_forward: argument 2 (bias) has size 6 in dim 0, expected 7"},
       {"linear_bias_forward", "bias", Bad::dtype, "linear_bias_forward: argument 2 (bias) has dtype f64, expected f32"},
       {"linear_bias_forward", "y", Bad::shape, "linear_bias_forward: argument 3 (y) has size 5 in dim 0, expected 4"},
       {"linear_bias_backward", "x", Bad::shape, "linear_bias_backward: argument 1 (x) has size 5 in dim 0, expected 4"},
-      {"linear_bias_backward", "dbias", Bad::dtype, "linear_bias_backward: argument 5 (dbias) has dtype f64, expected f32"},
-      {"linear_gelu_linear_forward", "bias2", Bad::shape, "linear_gelu_linear_forward: argument 4 (bias2) has size 4 in dim 0, expected 3"},
-      {"linear_gelu_linear_forward", "h", Bad::dtype, "linear_gelu_linear_forward: argument 7 (h) has dtype f64, expected f32"},
-      {"linear_gelu_linear_backward", "a", Bad::shape, "linear_gelu_linear_backward: argument 3 (a) has size 5 in dim 0, expected 4"},
-      {"linear_gelu_linear_backward", "weight2", Bad::shape, "linear_gelu_linear_backward: argument 5 (weight2) has size 4 in dim 0, expected 3"},
-      {"linear_gelu_linear_backward", "dbias1", Bad::dtype, "linear_gelu_linear_backward: argument 8 (dbias1) has dtype f64, expected f32"},
+      {"linear_bias_backward", "dbias", Bad::dtype,
+       "linear_bias_backward: argument 5 (dbias) has dtype f64, expected f32"},
+      {"linear_gelu_linear_forward", "bias2", Bad::shape,
+       "linear_gelu_linear_forward: argument 4 (bias2) has size 4 in dim 0, expected 3"},
+      {"linear_gelu_linear_forward", "h", Bad::dtype,
+       "linear_gelu_linear_forward: argument 7 (h) has dtype f64, expected f32"},
+      {"linear_gelu_linear_backward", "a", Bad::shape,
+       "linear_gelu_linear_backward: argument 3 (a) has size 5 in dim 0, expected 4"},
+      {"linear_gelu_linear_backward", "weight2", Bad::shape,
+       "linear_gelu_linear_backward: argument 5 (weight2) has size 4 in dim 0, expected 3"},
+      {"linear_gelu_linear_backward", "dbias1", Bad::dtype,
+       "linear_gelu_linear_backward: argument 8 (dbias1) has dtype f64, expected f32"},
   };
   for (const Want& w : cases) {
     SCOPED_TRACE(w.text);
@@ -381,8 +389,8 @@ TEST(FusedDenseCli, BadInputsExit2WithOneLineAndWriteNothing) {
     EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
   }
   // the good call infers y [batch, hidden] from the inputs
-  const CliResult ok =
-      opforge_op(exe, io.path, cat({fwd, {"--in", "weight=" + D + "/w.npy", "--in", "bias=" + D + "/bias.npy", "--out", out}}));
+  const CliResult ok = opforge_op(
+      exe, io.path, cat({fwd, {"--in", "weight=" + D + "/w.npy", "--in", "bias=" + D + "/bias.npy", "--out", out}}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/y.npy"));
 }

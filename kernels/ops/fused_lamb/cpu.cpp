@@ -255,7 +255,7 @@ void check_list(const Args& args, std::span<const opf_tensor> list, const char* 
     if (t.dtype != dtype)
       failf("%s: %s[%zu] has dtype %s, expected %s%s", e, name, k, dtype_str(t.dtype), dtype_str(dtype),
             dtype == OPF_F32 && std::string_view(name).starts_with("exp_avg") ? " (optimizer states are f32)"
-                                                                             : " (the dtype of grads)");
+                                                                              : " (the dtype of grads)");
     if (numel(t) != numel(grads[k]))
       failf("%s: %s[%zu] has %lld elements, grads[%zu] has %lld", e, name, k, (long long)numel(t), k,
             (long long)numel(grads[k]));
@@ -265,7 +265,8 @@ void check_list(const Args& args, std::span<const opf_tensor> list, const char* 
 
 void check_param(const char* e, const char* name, double v, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok) failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  if (!ok)
+    failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
 }
 
 // Chunks of OPF_TUNE_CHUNK elements per tensor; tasks of consecutive chunks, >= OPF_TUNE_CHUNK.

@@ -43,19 +43,19 @@
 namespace opf::suites::peers::fused_lamb_unfused {
 // S: the storage dtype T; F: f32.
 enum class Op {
-  sumsq_s,     // return sum y*y                y: S
-  sumsq_f,     // return sum y*y                y: F
-  div_new_fs,  // x = y / s                     x: F, y: S
-  add_new_ffs, // x = y + s * z                 x, y: F, z: S
-  mul_f,       // x = x * s                     x: F
-  axpy_fs,     // x = x + s * y                 x: F, y: S
-  axpy_ff,     // x = x + s * y                 x, y: F
-  addcmul_ff,  // x = x + s * y * y             x, y: F
-  sqrt_div_f,  // x = sqrt(y) / s               x, y: F  (two passes in torch, see run())
-  div_new_f,   // x = y / s                     x, y: F
-  add_f,       // x = x + s                     x: F
-  div_ff,      // x = x / y                     x, y: F
-  axpy_sf,     // x = x + s * y                 x: S, y: F
+  sumsq_s,      // return sum y*y                y: S
+  sumsq_f,      // return sum y*y                y: F
+  div_new_fs,   // x = y / s                     x: F, y: S
+  add_new_ffs,  // x = y + s * z                 x, y: F, z: S
+  mul_f,        // x = x * s                     x: F
+  axpy_fs,      // x = x + s * y                 x: F, y: S
+  axpy_ff,      // x = x + s * y                 x, y: F
+  addcmul_ff,   // x = x + s * y * y             x, y: F
+  sqrt_div_f,   // x = sqrt(y) / s               x, y: F  (two passes in torch, see run())
+  div_new_f,    // x = y / s                     x, y: F
+  add_f,        // x = x + s                     x: F
+  div_ff,       // x = x / y                     x, y: F
+  axpy_sf,      // x = x + s * y                 x: S, y: F
 };
 struct Pass {
   Op op;
@@ -111,47 +111,52 @@ float PassT(const Pass& a) {
   const auto vs = hn::Set(d, a.s);
   const float s = a.s;
   switch (a.op) {
-    case Op::sumsq_s:
-      return SumSq(d, static_cast<const S*>(a.y), a.n);
-    case Op::sumsq_f:
-      return SumSq(d, static_cast<const float*>(a.y), a.n);
+    case Op::sumsq_s: return SumSq(d, static_cast<const S*>(a.y), a.n);
+    case Op::sumsq_f: return SumSq(d, static_cast<const float*>(a.y), a.n);
     case Op::div_new_fs: {
       float* x = static_cast<float*>(a.x);
       const S* y = static_cast<const S*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(LoadWiden(d, y + j), vs); }, [&](size_t j) { return to_f32(y[j]) / s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Div(LoadWiden(d, y + j), vs); },
+          [&](size_t j) { return to_f32(y[j]) / s; });
       break;
     }
     case Op::add_new_ffs: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
       const S* z = static_cast<const S*>(a.z);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), hn::LoadU(d, y + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, z + j), hn::LoadU(d, y + j)); },
           [&](size_t j) { return std::fma(s, to_f32(z[j]), y[j]); });
       break;
     }
     case Op::mul_f: {
       float* x = static_cast<float*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Mul(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] * s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Mul(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] * s; });
       break;
     }
     case Op::axpy_fs: {
       float* x = static_cast<float*>(a.x);
       const S* y = static_cast<const S*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, y + j), hn::LoadU(d, x + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, LoadWiden(d, y + j), hn::LoadU(d, x + j)); },
           [&](size_t j) { return std::fma(s, to_f32(y[j]), x[j]); });
       break;
     }
     case Op::axpy_ff: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, hn::LoadU(d, y + j), hn::LoadU(d, x + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, hn::LoadU(d, y + j), hn::LoadU(d, x + j)); },
           [&](size_t j) { return std::fma(s, y[j], x[j]); });
       break;
     }
     case Op::addcmul_ff: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n,
+      Map(
+          d, x, a.n,
           [&](size_t j) {
             const auto g = LoadWiden(d, y + j);
             return hn::MulAdd(hn::Mul(vs, g), g, hn::LoadU(d, x + j));
@@ -162,32 +167,39 @@ float PassT(const Pass& a) {
     case Op::sqrt_div_f: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::Sqrt(hn::LoadU(d, y + j)); }, [&](size_t j) { return std::sqrt(y[j]); });
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] / s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Sqrt(hn::LoadU(d, y + j)); },
+          [&](size_t j) { return std::sqrt(y[j]); });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] / s; });
       break;
     }
     case Op::div_new_f: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, y + j), vs); }, [&](size_t j) { return y[j] / s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, y + j), vs); }, [&](size_t j) { return y[j] / s; });
       break;
     }
     case Op::add_f: {
       float* x = static_cast<float*>(a.x);
-      Map(d, x, a.n, [&](size_t j) { return hn::Add(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] + s; });
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Add(hn::LoadU(d, x + j), vs); }, [&](size_t j) { return x[j] + s; });
       break;
     }
     case Op::div_ff: {
       float* x = static_cast<float*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), hn::LoadU(d, y + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::Div(hn::LoadU(d, x + j), hn::LoadU(d, y + j)); },
           [&](size_t j) { return x[j] / y[j]; });
       break;
     }
     case Op::axpy_sf: {
       S* x = static_cast<S*>(a.x);
       const float* y = static_cast<const float*>(a.y);
-      Map(d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, hn::LoadU(d, y + j), LoadWiden(d, x + j)); },
+      Map(
+          d, x, a.n, [&](size_t j) { return hn::MulAdd(vs, hn::LoadU(d, y + j), LoadWiden(d, x + j)); },
           [&](size_t j) { return std::fma(s, y[j], to_f32(x[j])); });
       break;
     }
@@ -273,7 +285,8 @@ class Run final : public PeerRun {
     pass(Op::add_f, T, [&](size_t k) { return Ptrs{d_[k].data(), nullptr, nullptr, float(eps)}; });
     pass(Op::div_new_f, T, [&](size_t k) { return Ptrs{u_[k].data(), m_[k].data(), nullptr, float(bc1)}; });
     pass(Op::div_ff, T, [&](size_t k) { return Ptrs{u_[k].data(), d_[k].data()}; });
-    if (wd != 0 && adamw) pass(Op::axpy_fs, T, [&](size_t k) { return Ptrs{u_[k].data(), p_[k].data(), nullptr, float(wd)}; });
+    if (wd != 0 && adamw)
+      pass(Op::axpy_fs, T, [&](size_t k) { return Ptrs{u_[k].data(), p_[k].data(), nullptr, float(wd)}; });
     // The contract's u is the one stored into grads, in T (eager: grads.copy_(u)): the norm and the
     // update use it rounded. Left in f32, a param the update cancels to ~1e-3 of itself misses the
     // bf16 tolerance (1 seed in 30).
@@ -369,8 +382,12 @@ class Run final : public PeerRun {
   std::vector<double> norms_sq(Op op, int32_t dtype, P&& data) {
     const size_t count = offsets_.size() - 1, slices = size_t(std::max(threads_, 1));
     std::vector<float> part(slices * count, 0.0f);
-    run_slices(op, dtype, [&](size_t k) { return Ptrs{nullptr, data(k)}; },
-               [&](size_t t, size_t k, float r) { part[t * count + k] = r; });
+    run_slices(
+        op, dtype,
+        [&](size_t k) {
+          return Ptrs{nullptr, data(k)};
+        },
+        [&](size_t t, size_t k, float r) { part[t * count + k] = r; });
     std::vector<double> s(count, 0.0);
     for (size_t t = 0; t < slices; ++t)
       for (size_t k = 0; k < count; ++k) s[k] += double(part[t * count + k]);
@@ -390,7 +407,8 @@ std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { retur
 
 }  // namespace fused_lamb_unfused
 
-OPF_PEER_ADAPTER(unfused_fused_lamb, "unfused", "fused_lamb", fused_lamb_unfused::unsupported, fused_lamb_unfused::make);
+OPF_PEER_ADAPTER(unfused_fused_lamb, "unfused", "fused_lamb", fused_lamb_unfused::unsupported,
+                 fused_lamb_unfused::make);
 
 }  // namespace opf::suites::peers
 #endif  // HWY_ONCE

@@ -99,7 +99,7 @@ void describe(CaseDesc& c, const Shape& s, const Params& params) {
   c.set_list("params", shapes, {Fill::uniform, -1.0, 1.0});
   c.set_list("exp_avg", shapes, {Fill::uniform, -0.5, 0.5});
   c.set_list("exp_avg_sq", shapes, {Fill::uniform, 0.01, 1.0});  // >= 0, as a running mean of g^2
-  c.set("noop_flag", {1}, {Fill::index, 0, 1});                   // integers in [0, 1): 0
+  c.set("noop_flag", {1}, {Fill::index, 0, 1});                  // integers in [0, 1): 0
   const double e = double(dtype_size(c.dtype));
   // The grad norm must be known before any moment, and the update norms before any param, so at
   // least: read g (norm); read g, p, m, v and write u, m, v; read u, p and write p. Without a

@@ -426,16 +426,17 @@ TEST(FusedLamb, MalformedCallsAreRefusedNamingTheArgument) {
 TEST(FusedLamb, ShapesMayDifferWhenElementCountsMatch) {
   Lists a(DType::bf16, {100, 48}), b = a;
   ASSERT_EQ(run(a, Hyper{}), 0);
-  ASSERT_EQ(run(b, Hyper{}, nullptr, [](opf::CallBuilder& cb, Lists& L) {
-              for (size_t k = 0; k < L.sizes.size(); ++k) {
-                const int64_t n = L.sizes[k];
-                cb.add("grads", L.g[k].data(), L.dt, {n});
-                cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
-                cb.add("exp_avg", L.m[k].data(), DType::f32, {2, 2, n / 4});
-                cb.add("exp_avg_sq", L.v[k].data(), DType::f32, {n, 1});
-              }
-              cb.add("noop_flag", &L.flag, DType::i32, {1});
-            }),
+  ASSERT_EQ(run(b, Hyper{}, nullptr,
+                [](opf::CallBuilder& cb, Lists& L) {
+                  for (size_t k = 0; k < L.sizes.size(); ++k) {
+                    const int64_t n = L.sizes[k];
+                    cb.add("grads", L.g[k].data(), L.dt, {n});
+                    cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
+                    cb.add("exp_avg", L.m[k].data(), DType::f32, {2, 2, n / 4});
+                    cb.add("exp_avg_sq", L.v[k].data(), DType::f32, {n, 1});
+                  }
+                  cb.add("noop_flag", &L.flag, DType::i32, {1});
+                }),
             0);
   EXPECT_TRUE(a.state() == b.state());
 }

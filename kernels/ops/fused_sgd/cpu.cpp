@@ -46,8 +46,8 @@ struct Piece {
 struct Step {
   const opf_host* host;
   int32_t dtype;
-  const opf_tensor *g, *p, *b;  // the lists
-  const opf_tensor* copy;          // step_with_copy: the model copy in T (params are f32); else null
+  const opf_tensor *g, *p, *b;      // the lists
+  const opf_tensor* copy;           // step_with_copy: the model copy in T (params are f32); else null
   std::vector<Piece> pieces;        // in list order
   std::vector<int64_t> task_start;  // pieces of task t: [task_start[t], task_start[t + 1])
   float lr, mu, omd, wd, scale;
@@ -132,8 +132,9 @@ void Run(const Consts& c, const S* HWY_RESTRICT g, P* HWY_RESTRICT p, float* HWY
 template <bool kMomentum, class S>
 void StepT(const Step& a) {
   const DF d;
-  const Consts c{hn::Set(d, a.lr),    hn::Set(d, a.mu), hn::Set(d, a.omd), hn::Set(d, a.wd), hn::Set(d, a.scale),
-                 a.wd != 0 && !a.wd_after, a.wd != 0 && a.wd_after, a.nesterov, a.first_run};
+  const Consts c{hn::Set(d, a.lr),        hn::Set(d, a.mu),    hn::Set(d, a.omd),
+                 hn::Set(d, a.wd),        hn::Set(d, a.scale), a.wd != 0 && !a.wd_after,
+                 a.wd != 0 && a.wd_after, a.nesterov,          a.first_run};
   const int64_t ntasks = int64_t(a.task_start.size()) - 1;
   opf::cpu::parallel_for(a.host, ntasks, [&](int64_t t) {
     for (int64_t k = a.task_start[size_t(t)]; k < a.task_start[size_t(t) + 1]; ++k) {
@@ -198,7 +199,8 @@ void check_list(const Args& args, std::span<const opf_tensor> list, const char* 
 
 void check_param(const char* e, const char* name, double v, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok) failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  if (!ok)
+    failf("%s: param %s = %g is outside %c%g, %g%c", e, name, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
 }
 
 void call(const opf_call* c, bool execute) {

@@ -86,12 +86,11 @@ template <class S>
 void PassT(const Pass& p) {
   // operands of type S or f32: 8 combinations
   auto with = [](bool f, auto fn) {
-    if (f) fn(float{}); else fn(S{});
+    if (f) fn(float{});
+    else fn(S{});
   };
   with(p.xf, [&](auto x) {
-    with(p.yf, [&](auto y) {
-      with(p.zf, [&](auto z) { Axpby<decltype(x), decltype(y), decltype(z)>(p); });
-    });
+    with(p.yf, [&](auto y) { with(p.zf, [&](auto z) { Axpby<decltype(x), decltype(y), decltype(z)>(p); }); });
   });
 }
 
@@ -224,8 +223,8 @@ class Run final : public PeerRun {
         const int64_t b = std::max(lo, offsets_[k]) - offsets_[k], end = std::min(hi, offsets_[k + 1]) - offsets_[k];
         if (end <= b) continue;
         auto at = [&](const List& l) { return l.t[k] + size_t(b) * (l.f32 ? 4 : e_); };
-        const Pass p{int32_t(dt_), at(x), at(y), z ? at(*z) : nullptr, x.f32, y.f32, z ? z->f32 : false,
-                     size_t(end - b), a, s};
+        const Pass p{int32_t(dt_),    at(x), at(y), z ? at(*z) : nullptr, x.f32, y.f32, z ? z->f32 : false,
+                     size_t(end - b), a,     s};
         HWY_DYNAMIC_DISPATCH(RunPass)(p);
       }
     });

@@ -342,32 +342,36 @@ TEST(FusedSgd, MismatchedListsAreRefusedNamingTheList) {
       cb.add("noop_flag", &L.flag, DType::i32, {1});
     };
   };
-  expect_refused("buffer short", build({"momentum_buffer", 3}), "step: list momentum_buffer has 3 tensors, grads has 4");
+  expect_refused("buffer short", build({"momentum_buffer", 3}),
+                 "step: list momentum_buffer has 3 tensors, grads has 4");
   expect_refused("params short", build({"params", 0}), "list params has 3 tensors, grads has 4");
   expect_refused("grads short", build({"grads", 2}), "has 4 tensors, grads has 3");
   expect_refused("params numel", build({"params", -1, 2}), "params[2] has 4 elements, grads[2] has 5");
   expect_refused("buffer numel", build({"momentum_buffer", -1, 1}), "momentum_buffer[1] has 63 elements");
-  expect_refused("buffer dtype", build({"momentum_buffer", -1, -1, 1}), "momentum_buffer[1] has dtype f16, expected f32");
+  expect_refused("buffer dtype", build({"momentum_buffer", -1, -1, 1}),
+                 "momentum_buffer[1] has dtype f16, expected f32");
   expect_refused("params dtype", build({"params", -1, -1, 0}), "params[0] has dtype f16, expected f32");
   expect_refused("grads dtype", build({"grads", -1, -1, 3}), "grads[3] has dtype f16, expected f32");
   // even without momentum (the buffer is not used) a malformed buffer list is an error
   Hyper plain;
   plain.momentum = 0;
-  expect_refused("buffer short, no momentum", build({"momentum_buffer", 1}), "list momentum_buffer has 3 tensors", plain);
+  expect_refused("buffer short, no momentum", build({"momentum_buffer", 1}), "list momentum_buffer has 3 tensors",
+                 plain);
 }
 
 TEST(FusedSgd, BadFlagAndParamsAreRefused) {
-  expect_refused("flag dtype",
-                 [](opf::CallBuilder& cb, Lists& L) {
-                   static int64_t wide = 0;
-                   for (size_t k = 0; k < L.sizes.size(); ++k) {
-                     cb.add("grads", L.g[k].data(), L.dt, {L.sizes[k]});
-                     cb.add("params", L.p[k].data(), L.dt, {L.sizes[k]});
-                     cb.add("momentum_buffer", L.b[k].data(), DType::f32, {L.sizes[k]});
-                   }
-                   cb.add("noop_flag", &wide, DType::i64, {1});
-                 },
-                 "noop_flag");
+  expect_refused(
+      "flag dtype",
+      [](opf::CallBuilder& cb, Lists& L) {
+        static int64_t wide = 0;
+        for (size_t k = 0; k < L.sizes.size(); ++k) {
+          cb.add("grads", L.g[k].data(), L.dt, {L.sizes[k]});
+          cb.add("params", L.p[k].data(), L.dt, {L.sizes[k]});
+          cb.add("momentum_buffer", L.b[k].data(), DType::f32, {L.sizes[k]});
+        }
+        cb.add("noop_flag", &wide, DType::i64, {1});
+      },
+      "noop_flag");
   Hyper h;
   h.dampening = 1.5;
   expect_refused("dampening", add_all, "dampening", h);
@@ -383,15 +387,16 @@ TEST(FusedSgd, BadFlagAndParamsAreRefused) {
 TEST(FusedSgd, ShapesMayDifferWhenElementCountsMatch) {
   Lists a(DType::f16, {100, 48}), b = a;
   ASSERT_EQ(run(a, Hyper{}), 0);
-  ASSERT_EQ(run(b, Hyper{}, nullptr, [](opf::CallBuilder& cb, Lists& L) {
-              for (size_t k = 0; k < L.sizes.size(); ++k) {
-                const int64_t n = L.sizes[k];
-                cb.add("grads", L.g[k].data(), L.dt, {n});
-                cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
-                cb.add("momentum_buffer", L.b[k].data(), DType::f32, {2, 2, n / 4});
-              }
-              cb.add("noop_flag", &L.flag, DType::i32, {1});
-            }),
+  ASSERT_EQ(run(b, Hyper{}, nullptr,
+                [](opf::CallBuilder& cb, Lists& L) {
+                  for (size_t k = 0; k < L.sizes.size(); ++k) {
+                    const int64_t n = L.sizes[k];
+                    cb.add("grads", L.g[k].data(), L.dt, {n});
+                    cb.add("params", L.p[k].data(), L.dt, {4, n / 4});
+                    cb.add("momentum_buffer", L.b[k].data(), DType::f32, {2, 2, n / 4});
+                  }
+                  cb.add("noop_flag", &L.flag, DType::i32, {1});
+                }),
             0);
   EXPECT_TRUE(a.state() == b.state());
 }
@@ -476,7 +481,8 @@ TEST(FusedSgd, StepWithCopyIsStepOnF32MastersPlusARoundedCopy) {
         ASSERT_EQ(double(master[k][size_t(i)]), p) << opf::dtype_name(dt) << " " << k << "/" << i;
         std::byte want[8];  // room for any dtype: GCC's -Warray-bounds cannot see dt is 2 or 4 bytes
         opf::store_element(dt, want, 0, p);
-        ASSERT_EQ(0, std::memcmp(want, &copy[k][size_t(i) * opf::dtype_size(dt)], opf::dtype_size(dt))) << k << "/" << i;
+        ASSERT_EQ(0, std::memcmp(want, &copy[k][size_t(i) * opf::dtype_size(dt)], opf::dtype_size(dt)))
+            << k << "/" << i;
       }
     }
   }

@@ -53,11 +53,11 @@ struct Backward {
   const opf_host* host;
   int32_t dtype;
   int64_t m, n, f;
-  const void* a;  // [N, F]
-  const void* b;  // [N, F]
-  const void* c;  // [M, F]
-  const void* d;  // [N, F] (double_backward)
-  const void* e;  // [M, F] (double_backward)
+  const void* a;        // [N, F]
+  const void* b;        // [N, F]
+  const void* c;        // [M, F]
+  const void* d;        // [N, F] (double_backward)
+  const void* e;        // [M, F] (double_backward)
   void* grad_grad_out;  // [N, F] (double_backward; null for backward)
   void* grad_in1;
   void* grad_in2;
@@ -102,8 +102,7 @@ void ForwardT(const Forward& a) {
   const int64_t f = a.f;
   const int64_t chunk = opf::cpu::rows_per_task(a.n, 3.0 * double(f) * sizeof(S));
   opf::cpu::parallel_rows(a.host, a.n, chunk, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i)
-      MulRow(in1 + a.idx[i] * f, in2 + i * f, out + i * f, size_t(f));
+    for (int64_t i = r0; i < r1; ++i) MulRow(in1 + a.idx[i] * f, in2 + i * f, out + i * f, size_t(f));
   });
 }
 
@@ -262,11 +261,12 @@ void call(const opf_call* c, bool execute) {
     std::vector<int64_t> next(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < n; ++i) order[size_t(next[size_t(idx[i])]++)] = i;
     if (dbl) {
-      HWY_DYNAMIC_DISPATCH(RunDoubleBackward)(Backward{c->host, t, m, n, f, grad, gg2, gg1, in2.data, in1.data, ggo,
-                                                       g1, g2, start.data(), order.data()});
+      HWY_DYNAMIC_DISPATCH(RunDoubleBackward)
+      (Backward{c->host, t, m, n, f, grad, gg2, gg1, in2.data, in1.data, ggo, g1, g2, start.data(), order.data()});
     } else {
-      HWY_DYNAMIC_DISPATCH(RunBackward)(Backward{c->host, t, m, n, f, grad, in2.data, in1.data, nullptr, nullptr,
-                                                 nullptr, g1, g2, start.data(), order.data()});
+      HWY_DYNAMIC_DISPATCH(RunBackward)
+      (Backward{c->host, t, m, n, f, grad, in2.data, in1.data, nullptr, nullptr, nullptr, g1, g2, start.data(),
+                order.data()});
     }
   } else {
     failf("unknown entry '%.40s' (index_mul_2d has forward, backward, double_backward)", c->entry ? c->entry : "");

@@ -27,10 +27,10 @@
 
 namespace opf::suites::peers::index_mul_2d_unfused {
 enum class Op {
-  gather,  // x[r] = y[idx[r]]           rows of S
-  mul,     // x[r] = y[r] * z[r]          rows of S
-  add_f32, // acc[idx[r], cols] += y[r, cols] for every r, in order (acc: f32 rows)
-  round,   // x[r] = acc[r]               f32 -> S
+  gather,   // x[r] = y[idx[r]]           rows of S
+  mul,      // x[r] = y[r] * z[r]          rows of S
+  add_f32,  // acc[idx[r], cols] += y[r, cols] for every r, in order (acc: f32 rows)
+  round,    // x[r] = acc[r]               f32 -> S
 };
 struct Pass {
   Op op;
@@ -124,7 +124,10 @@ std::string unsupported(const PeerCase& c) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : dt_(c.dtype), e_(dtype_size(c.dtype)), host_(host_threads(c.threads)), threads_(c.threads),
+      : dt_(c.dtype),
+        e_(dtype_size(c.dtype)),
+        host_(host_threads(c.threads)),
+        threads_(c.threads),
         forward_(c.entry == "forward") {
     for (const HostArg& h : drawn.host) {
       const std::string& name = h.desc->name;
@@ -160,7 +163,8 @@ class Run final : public PeerRun {
     std::memset(acc, 0, size_t(m_ * f_) * sizeof(float));
     const int slices = std::max(threads_, 1);
     opf::cpu::parallel_for(host_, slices, [&](int64_t t) {
-      const Pass p{Op::add_f32, T, acc, u_.data(), nullptr, idx_.data(), 0, n_, f_ * t / slices, f_ * (t + 1) / slices, f_};
+      const Pass p{Op::add_f32,           T, acc, u_.data(), nullptr, idx_.data(), 0, n_, f_ * t / slices,
+                   f_ * (t + 1) / slices, f_};
       if (p.c1 > p.c0) HWY_DYNAMIC_DISPATCH(RunPass)(p);
     });
     if (dt_ != DType::f32) rows(Op::round, g1_.data(), acc, nullptr, m_);
@@ -206,7 +210,8 @@ std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { retur
 
 }  // namespace index_mul_2d_unfused
 
-OPF_PEER_ADAPTER(unfused_index_mul_2d, "unfused", "index_mul_2d", index_mul_2d_unfused::unsupported, index_mul_2d_unfused::make);
+OPF_PEER_ADAPTER(unfused_index_mul_2d, "unfused", "index_mul_2d", index_mul_2d_unfused::unsupported,
+                 index_mul_2d_unfused::make);
 
 }  // namespace opf::suites::peers
 #endif  // HWY_ONCE

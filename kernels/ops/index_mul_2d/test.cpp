@@ -58,15 +58,27 @@ struct Case {
   std::vector<int64_t> idx;
 
   Case(DType d, int64_t m_, int64_t n_, int64_t f_, uint64_t salt = 0)
-      : dt(d), m(m_), n(n_), f(f_), in1(d, size_t(m_ * f_)), in2(d, size_t(n_ * f_)), g(d, size_t(n_ * f_)),
-        out(d, size_t(n_ * f_)), g1(d, size_t(m_ * f_)), g2(d, size_t(n_ * f_)), gg1(d, size_t(m_ * f_)),
-        gg2(d, size_t(n_ * f_)), ggo(d, size_t(n_ * f_)), idx(size_t(n_)) {
+      : dt(d),
+        m(m_),
+        n(n_),
+        f(f_),
+        in1(d, size_t(m_ * f_)),
+        in2(d, size_t(n_ * f_)),
+        g(d, size_t(n_ * f_)),
+        out(d, size_t(n_ * f_)),
+        g1(d, size_t(m_ * f_)),
+        g2(d, size_t(n_ * f_)),
+        gg1(d, size_t(m_ * f_)),
+        gg2(d, size_t(n_ * f_)),
+        ggo(d, size_t(n_ * f_)),
+        idx(size_t(n_)) {
     std::mt19937_64 rng(kSeed + salt);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     auto fill = [&](Buf& b, int64_t count) {
       for (int64_t i = 0; i < count; ++i) {
         double x;
-        do x = -1 + 2 * u(rng); while (std::fabs(x) < 1e-3);  // never zero: hides scaling bugs
+        do x = -1 + 2 * u(rng);
+        while (std::fabs(x) < 1e-3);  // never zero: hides scaling bugs
         b.set(i, x);
       }
     };
@@ -97,7 +109,9 @@ struct Case {
     try {
       opf::CallBuilder b(*opf::find_op("index_mul_2d"), "backward");
       b.add("grad_out", g.data(), dt, {n, f}).add("in1", in1.data(), dt, {m, f}).add("in2", in2.data(), dt, {n, f});
-      b.add("idx", idx.data(), DType::i64, {n}).add("grad_in1", g1.data(), dt, {m, f}).add("grad_in2", g2.data(), dt, {n, f});
+      b.add("idx", idx.data(), DType::i64, {n})
+          .add("grad_in1", g1.data(), dt, {m, f})
+          .add("grad_in2", g2.data(), dt, {n, f});
       b.threads(threads).run(module());
       return 0;
     } catch (const opf::Error& e) {
@@ -179,7 +193,7 @@ const DType kDtypes[] = {DType::f32, DType::f16};
 // Shapes at the edges: one element, one row, F below / at / above a vector and the column block,
 // M > N (rows of in1 nothing points to), M < N (repeats), prime sizes.
 TEST(IndexMul2d, EdgeShapesMatchTheContractBitwise) {
-  const int64_t shapes[][3] = {{1, 1, 1},   {1, 1, 17},  {3, 1, 5},     {1, 9, 3},    {50, 7, 64},
+  const int64_t shapes[][3] = {{1, 1, 1},   {1, 1, 17},    {3, 1, 5},    {1, 9, 3},      {50, 7, 64},
                                {7, 50, 65}, {2, 31, 1023}, {5, 6, 1025}, {13, 101, 2053}};
   for (DType dt : kDtypes)
     for (const auto& s : shapes) {
@@ -209,7 +223,8 @@ TEST(IndexMul2d, DoubleBackwardIsTheSameBitsForEveryThreadCount) {
     std::string err;
     EXPECT_NE(c.double_backward(&err), 0);
     EXPECT_NE(err.find("double_backward: idx[699] = 5 is outside [0, 5)"), std::string::npos) << err;
-    for (int64_t i = 0; i < c.n * c.f; ++i) ASSERT_TRUE(std::isnan(c.ggo.at(i))) << "grad_grad_out written despite the error";
+    for (int64_t i = 0; i < c.n * c.f; ++i)
+      ASSERT_TRUE(std::isnan(c.ggo.at(i))) << "grad_grad_out written despite the error";
   }
 }
 
@@ -222,7 +237,8 @@ TEST(IndexMul2d, ScatterAddIsTheSameBitsForEveryThreadCount) {
       if (skew) std::fill(c.idx.begin(), c.idx.end(), 2);
       ASSERT_EQ(c.backward(nullptr, 1), 0);
       const auto s = c.grad_in1_sums();
-      for (int64_t i = 0; i < c.m * c.f && !::testing::Test::HasFailure(); ++i) c.expect_bits(c.g1, i, double(s[size_t(i)]), "grad_in1");
+      for (int64_t i = 0; i < c.m * c.f && !::testing::Test::HasFailure(); ++i)
+        c.expect_bits(c.g1, i, double(s[size_t(i)]), "grad_in1");
       const auto one = c.g1.bytes, one2 = c.g2.bytes;
       for (int threads : {2, 3, 4}) {
         ASSERT_EQ(c.backward(nullptr, threads), 0);
@@ -238,7 +254,8 @@ TEST(IndexMul2d, ScatterAddIsTheSameBitsForEveryThreadCount) {
 
 TEST(IndexMul2d, OutOfRangeIndexNamesThePositionAndWritesNothing) {
   for (DType dt : kDtypes)
-    for (int64_t bad : {int64_t(-1), int64_t(10), std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+    for (int64_t bad :
+         {int64_t(-1), int64_t(10), std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
       Case c(dt, 10, 40, 8);
       c.idx[23] = bad;
       const std::string want = "idx[23] = " + std::to_string(bad) + " is outside [0, 10)";
@@ -249,8 +266,10 @@ TEST(IndexMul2d, OutOfRangeIndexNamesThePositionAndWritesNothing) {
       for (int64_t i = 0; i < c.n * c.f; ++i) ASSERT_TRUE(std::isnan(c.out.at(i))) << "out written despite the error";
       EXPECT_NE(c.backward(&err), 0);
       EXPECT_NE(err.find("backward: " + want), std::string::npos) << err;
-      for (int64_t i = 0; i < c.m * c.f; ++i) ASSERT_TRUE(std::isnan(c.g1.at(i))) << "grad_in1 written despite the error";
-      for (int64_t i = 0; i < c.n * c.f; ++i) ASSERT_TRUE(std::isnan(c.g2.at(i))) << "grad_in2 written despite the error";
+      for (int64_t i = 0; i < c.m * c.f; ++i)
+        ASSERT_TRUE(std::isnan(c.g1.at(i))) << "grad_in1 written despite the error";
+      for (int64_t i = 0; i < c.n * c.f; ++i)
+        ASSERT_TRUE(std::isnan(c.g2.at(i))) << "grad_in2 written despite the error";
     }
 }
 
@@ -299,34 +318,48 @@ TEST(IndexMul2d, BadArgumentsFailWithAOneLineReason) {
     const char* needle;
   };
   const Bad bad[] = {
-      {"in2 F", [&](opf::CallBuilder& b) {
+      {"in2 F",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {5, 6}).add("in2", wide.data(), DType::f32, {8, 7});
          b.add("idx", c.idx.data(), DType::i64, {8}).add("out", c.out.data(), DType::f32, {8, 6});
-       }, "in2) has F = 7 columns, in1 has 6"},
-      {"in2 dtype", [&](opf::CallBuilder& b) {
+       },
+       "in2) has F = 7 columns, in1 has 6"},
+      {"in2 dtype",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {5, 6}).add("in2", h.data(), DType::f16, {8, 6});
          b.add("idx", c.idx.data(), DType::i64, {8}).add("out", c.out.data(), DType::f32, {8, 6});
-       }, "in2) has dtype f16, in1 has f32"},
-      {"bf16", [&](opf::CallBuilder& b) {
+       },
+       "in2) has dtype f16, in1 has f32"},
+      {"bf16",
+       [&](opf::CallBuilder& b) {
          b.add("in1", bf1.data(), DType::bf16, {5, 6}).add("in2", bf.data(), DType::bf16, {8, 6});
          b.add("idx", c.idx.data(), DType::i64, {8}).add("out", bf.data(), DType::bf16, {8, 6});
-       }, "in1) has dtype bf16, expected f32 or f16"},
-      {"idx dtype", [&](opf::CallBuilder& b) {
+       },
+       "in1) has dtype bf16, expected f32 or f16"},
+      {"idx dtype",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {5, 6}).add("in2", c.in2.data(), DType::f32, {8, 6});
          b.add("idx", idx32.data(), DType::i32, {8}).add("out", c.out.data(), DType::f32, {8, 6});
-       }, "idx"},
-      {"idx length", [&](opf::CallBuilder& b) {
+       },
+       "idx"},
+      {"idx length",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {5, 6}).add("in2", c.in2.data(), DType::f32, {8, 6});
          b.add("idx", c.idx.data(), DType::i64, {7}).add("out", c.out.data(), DType::f32, {8, 6});
-       }, "(idx) has size 7 in dim 0, expected 8"},
-      {"out shape", [&](opf::CallBuilder& b) {
+       },
+       "(idx) has size 7 in dim 0, expected 8"},
+      {"out shape",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {5, 6}).add("in2", c.in2.data(), DType::f32, {8, 6});
          b.add("idx", c.idx.data(), DType::i64, {8}).add("out", c.out.data(), DType::f32, {6, 8});
-       }, "(out) has size 6 in dim 0, expected 8"},
-      {"in1 1-D", [&](opf::CallBuilder& b) {
+       },
+       "(out) has size 6 in dim 0, expected 8"},
+      {"in1 1-D",
+       [&](opf::CallBuilder& b) {
          b.add("in1", c.in1.data(), DType::f32, {30}).add("in2", c.in2.data(), DType::f32, {8, 6});
          b.add("idx", c.idx.data(), DType::i64, {8}).add("out", c.out.data(), DType::f32, {8, 6});
-       }, "(in1) has 1 dims, expected 2"},
+       },
+       "(in1) has 1 dims, expected 2"},
   };
   for (const Bad& b : bad) {
     c.out.poison();

@@ -105,7 +105,8 @@ void Widen(const S* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them), ~1.7x the instructions of the single-threaded loop.
 template <class S>
-HWY_NOINLINE void ForwardRows(const Forward& a, const float* HWY_RESTRICT g, const float* HWY_RESTRICT b, bool stream, int64_t r0, int64_t r1) {
+HWY_NOINLINE void ForwardRows(const Forward& a, const float* HWY_RESTRICT g, const float* HWY_RESTRICT b, bool stream,
+                              int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
   const float inv_n = 1.0f / float(n);
@@ -175,79 +176,79 @@ void ForwardT(const Forward& a) {
   }
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const int64_t chunk = opf::cpu::rows_per_task(a.rows, 2.0 * double(n) * sizeof(S));
-  opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) { ForwardRows<S>(a, g, b, stream, r0, r1); });
+  opf::cpu::parallel_rows(a.host, a.rows, chunk,
+                          [&](int64_t r0, int64_t r1) { ForwardRows<S>(a, g, b, stream, r0, r1); });
 }
 
 // The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them), ~1.7x the instructions of the single-threaded loop.
 template <class S>
-HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, bool stream, int64_t r0, int64_t r1, double* HWY_RESTRICT tdg) {
+HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, bool stream, int64_t r0, int64_t r1,
+                               double* HWY_RESTRICT tdg) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
   const float inv_n = 1.0f / float(n);
 
-    // f32 column partials (dgamma, dbeta); the second pass re-widens x, dy from cache
-    // (cheaper than keeping f32 copies, which would double the row's cache footprint)
-    auto scratch = hwy::AllocateAligned<float>(2 * n);
-    float *pdg = scratch.get(), *pdb = pdg + n;
-    double* tdb = tdg + n;
-    std::memset(pdg, 0, 2 * n * sizeof(float));
-    for (int64_t i = r0; i < r1; ++i) {
-      const S* x = static_cast<const S*>(a.x) + i * a.cols;
-      const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
-      S* dx = static_cast<S*>(a.dx) + i * a.cols;
-      const float mean = a.mean[i], r = a.rstd[i];
-      const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
+  // f32 column partials (dgamma, dbeta); the second pass re-widens x, dy from cache
+  // (cheaper than keeping f32 copies, which would double the row's cache footprint)
+  auto scratch = hwy::AllocateAligned<float>(2 * n);
+  float *pdg = scratch.get(), *pdb = pdg + n;
+  double* tdb = tdg + n;
+  std::memset(pdg, 0, 2 * n * sizeof(float));
+  for (int64_t i = r0; i < r1; ++i) {
+    const S* x = static_cast<const S*>(a.x) + i * a.cols;
+    const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
+    S* dx = static_cast<S*>(a.dx) + i * a.cols;
+    const float mean = a.mean[i], r = a.rstd[i];
+    const auto vm = hn::Set(d, mean), vr = hn::Set(d, r);
 
-      auto sg = hn::Zero(d), sgx = hn::Zero(d);
-      size_t j = 0;
-      for (; j + N <= n; j += N) {
-        const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-        const auto xh = hn::Mul(hn::Sub(xv, vm), vr);
-        const auto gd = hn::Mul(hn::LoadU(d, g + j), dyv);
-        sg = hn::Add(sg, gd);
-        sgx = hn::MulAdd(gd, xh, sgx);
-        hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
-        hn::StoreU(hn::Add(dyv, hn::LoadU(d, pdb + j)), d, pdb + j);
-      }
-      float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
-      for (; j < n; ++j) {
-        const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-        const float xh = (xv - mean) * r, gd = g[j] * dyv;
-        sum_g += gd;
-        sum_gx += gd * xh;
-        pdg[j] += dyv * xh;
-        pdb[j] += dyv;
-      }
-
-      // dx = r/n * (n*g*dy - sum_g - xhat*sum_gx)
-      const float c1 = sum_g * inv_n, c2 = sum_gx * inv_n;
-      const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
-      const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
-      WriteRow(
-          d, dx, n, stream,
-          [&](size_t k) {
-            PrefetchSpan(x + next + k, N);
-            PrefetchSpan(dy + next + k, N);
-            if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-            const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
-            const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
-            return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
-          },
-          [&](size_t k) {
-            return r * (g[k] * to_f32(dy[k]) - std::fma((to_f32(x[k]) - mean) * r, c2, c1));
-          });
-
-      if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
-        for (size_t k = 0; k < n; ++k) {
-          tdg[k] += double(pdg[k]);
-          tdb[k] += double(pdb[k]);
-        }
-        std::memset(pdg, 0, 2 * n * sizeof(float));
-      }
+    auto sg = hn::Zero(d), sgx = hn::Zero(d);
+    size_t j = 0;
+    for (; j + N <= n; j += N) {
+      const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
+      const auto xh = hn::Mul(hn::Sub(xv, vm), vr);
+      const auto gd = hn::Mul(hn::LoadU(d, g + j), dyv);
+      sg = hn::Add(sg, gd);
+      sgx = hn::MulAdd(gd, xh, sgx);
+      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
+      hn::StoreU(hn::Add(dyv, hn::LoadU(d, pdb + j)), d, pdb + j);
     }
-    if (stream) hwy::FlushStream();
+    float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
+    for (; j < n; ++j) {
+      const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
+      const float xh = (xv - mean) * r, gd = g[j] * dyv;
+      sum_g += gd;
+      sum_gx += gd * xh;
+      pdg[j] += dyv * xh;
+      pdb[j] += dyv;
+    }
+
+    // dx = r/n * (n*g*dy - sum_g - xhat*sum_gx)
+    const float c1 = sum_g * inv_n, c2 = sum_gx * inv_n;
+    const auto vc1 = hn::Set(d, c1), vc2 = hn::Set(d, c2);
+    const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
+    WriteRow(
+        d, dx, n, stream,
+        [&](size_t k) {
+          PrefetchSpan(x + next + k, N);
+          PrefetchSpan(dy + next + k, N);
+          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+          const auto xh = hn::Mul(hn::Sub(LoadWiden(d, x + k), vm), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
+          return hn::Mul(vr, hn::Sub(gd, hn::MulAdd(xh, vc2, vc1)));
+        },
+        [&](size_t k) { return r * (g[k] * to_f32(dy[k]) - std::fma((to_f32(x[k]) - mean) * r, c2, c1)); });
+
+    if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
+      for (size_t k = 0; k < n; ++k) {
+        tdg[k] += double(pdg[k]);
+        tdb[k] += double(pdb[k]);
+      }
+      std::memset(pdg, 0, 2 * n * sizeof(float));
+    }
+  }
+  if (stream) hwy::FlushStream();
 }
 
 template <class S>
@@ -258,7 +259,9 @@ void BackwardT(const Backward& a) {
   Widen(static_cast<const S*>(a.gamma), g, n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   std::vector<double> sums;  // dgamma then dbeta, f64
-  opf::cpu::parallel_column_sums(a.host, a.rows, OPF_TUNE_REDUCE_ROWS, 2 * n, sums, [&](int64_t r0, int64_t r1, double* tdg) { BackwardRows<S>(a, g, stream, r0, r1, tdg); });
+  opf::cpu::parallel_column_sums(
+      a.host, a.rows, OPF_TUNE_REDUCE_ROWS, 2 * n, sums,
+      [&](int64_t r0, int64_t r1, double* tdg) { BackwardRows<S>(a, g, stream, r0, r1, tdg); });
   S *dg = static_cast<S*>(a.dgamma), *db = static_cast<S*>(a.dbeta);
   for (size_t k = 0; k < n; ++k) {
     dg[k] = from_f32<S>(float(sums[k]));
@@ -284,7 +287,11 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& x = expect_lead(args, 0, "x", 2, "[rows, cols]");
     const int64_t rows = x.shape[0], cols = x.shape[1];
     const int32_t t = x.dtype;
-    Forward a{c->host, t, rows, cols, x.data,
+    Forward a{c->host,
+              t,
+              rows,
+              cols,
+              x.data,
               expect_arg(args, 1, "gamma", t, {cols}).data,
               expect_arg(args, 2, "beta", t, {cols}).data,
               expect_arg(args, 3, "y", t, {rows, cols}).data,
@@ -297,7 +304,11 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[rows, cols]");
     const int64_t rows = dy.shape[0], cols = dy.shape[1];
     const int32_t t = dy.dtype;
-    Backward a{c->host, t, rows, cols, dy.data,
+    Backward a{c->host,
+               t,
+               rows,
+               cols,
+               dy.data,
                expect_arg(args, 1, "x", t, {rows, cols}).data,
                expect_arg(args, 4, "gamma", t, {cols}).data,
                static_cast<const float*>(expect_arg(args, 2, "mean", OPF_F32, {rows}).data),

@@ -30,10 +30,11 @@
 
 extern "C" {
 __constant__ opf_gpu_plan layer_norm_forward_plan = {
-    1, OPF_EXTENT_ONE, 0,
-    {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0}}};
+    1, OPF_EXTENT_ONE, 0, {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0}}};
 __constant__ opf_gpu_plan layer_norm_backward_plan = {
-    3, OPF_EXTENT_COLS, 2 * OPF_TUNE_PARTIALS * (int)sizeof(float),
+    3,
+    OPF_EXTENT_COLS,
+    2 * OPF_TUNE_PARTIALS*(int)sizeof(float),
     {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0},
      {OPF_EXTENT_COLS, OPF_TUNE_COL_TILE, OPF_TUNE_PARTIALS, OPF_TUNE_BLOCK, 0},
      {OPF_EXTENT_COLS, OPF_TUNE_BLOCK, 1, OPF_TUNE_BLOCK, 0}}};
@@ -55,7 +56,8 @@ __device__ void forward(const opf_gpu_args& a) {
   const T* gamma = static_cast<const T*>(a.ptr[1]);
   const T* beta = static_cast<const T*>(a.ptr[2]);
   T* y = static_cast<T*>(a.ptr[3]) + row * cols;
-  const bool packed = cols % V == 0 && aligned16(a.ptr[0]) && aligned16(gamma) && aligned16(beta) && aligned16(a.ptr[3]);
+  const bool packed =
+      cols % V == 0 && aligned16(a.ptr[0]) && aligned16(gamma) && aligned16(beta) && aligned16(a.ptr[3]);
 
   Welford w = {0.0f, 0.0f, 0.0f};
   if (packed) {
@@ -74,11 +76,13 @@ __device__ void forward(const opf_gpu_args& a) {
     for (int k = threadIdx.x * V; k < cols; k += OPF_TUNE_BLOCK * V) {
       const Pack<T> px = load_pack(x, k), pg = load_pack(gamma, k), pb = load_pack(beta, k);
       Pack<T> py;
-      for (int e = 0; e < V; ++e) from_float(py.v[e], normalize(to_float(px.v[e]), to_float(pg.v[e]), to_float(pb.v[e])));
+      for (int e = 0; e < V; ++e)
+        from_float(py.v[e], normalize(to_float(px.v[e]), to_float(pg.v[e]), to_float(pb.v[e])));
       store_pack(y, k, py);
     }
   } else {
-    for (int j = threadIdx.x; j < cols; j += OPF_TUNE_BLOCK) store(y, j, normalize(load(x, j), load(gamma, j), load(beta, j)));
+    for (int j = threadIdx.x; j < cols; j += OPF_TUNE_BLOCK)
+      store(y, j, normalize(load(x, j), load(gamma, j), load(beta, j)));
   }
   if (threadIdx.x == 0) {
     static_cast<float*>(a.ptr[4])[row] = mean;
@@ -97,7 +101,8 @@ __device__ void backward_dx(const opf_gpu_args& a) {
   const float r = static_cast<const float*>(a.ptr[3])[row];
   const T* gamma = static_cast<const T*>(a.ptr[4]);
   T* dx = static_cast<T*>(a.ptr[5]) + row * cols;
-  const bool packed = cols % V == 0 && aligned16(a.ptr[0]) && aligned16(a.ptr[1]) && aligned16(gamma) && aligned16(a.ptr[5]);
+  const bool packed =
+      cols % V == 0 && aligned16(a.ptr[0]) && aligned16(a.ptr[1]) && aligned16(gamma) && aligned16(a.ptr[5]);
 
   float sum_g = 0.0f, sum_gx = 0.0f;
   auto accumulate = [&](float dyv, float xv, float gv) {
@@ -125,7 +130,8 @@ __device__ void backward_dx(const opf_gpu_args& a) {
       store_pack(dx, k, pdx);
     }
   } else {
-    for (int j = threadIdx.x; j < cols; j += OPF_TUNE_BLOCK) store(dx, j, grad(load(dy, j), load(x, j), load(gamma, j)));
+    for (int j = threadIdx.x; j < cols; j += OPF_TUNE_BLOCK)
+      store(dx, j, grad(load(dy, j), load(x, j), load(gamma, j)));
   }
 }
 
@@ -182,18 +188,16 @@ __device__ void backward_final(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_LAYER_NORM_KERNELS(SUFFIX, T)                                                         \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_forward_##SUFFIX(opf_gpu_args a) { \
-    forward<T>(a);                                                                                \
-  }                                                                                               \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX(opf_gpu_args a) { \
-    backward_dx<T>(a);                                                                            \
-  }                                                                                               \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX##_s1(opf_gpu_args a) { \
-    backward_partials<T>(a);                                                                      \
-  }                                                                                               \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX##_s2(opf_gpu_args a) { \
-    backward_final<T>(a);                                                                         \
+#define OPF_LAYER_NORM_KERNELS(SUFFIX, T)                                                                          \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_forward_##SUFFIX(opf_gpu_args a) { forward<T>(a); } \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX(opf_gpu_args a) {                 \
+    backward_dx<T>(a);                                                                                             \
+  }                                                                                                                \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX##_s1(opf_gpu_args a) {            \
+    backward_partials<T>(a);                                                                                       \
+  }                                                                                                                \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) layer_norm_backward_##SUFFIX##_s2(opf_gpu_args a) {            \
+    backward_final<T>(a);                                                                                          \
   }
 
 OPF_LAYER_NORM_KERNELS(f32, float)

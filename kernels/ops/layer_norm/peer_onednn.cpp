@@ -45,8 +45,7 @@ void make_descs(const PeerCase& c, Descs& d) {
   d.param = memory::desc({cols}, memory::data_type::f32, tag::a);
   const float eps = float(c.params.get("eps"));
   d.fwd = {{dnnl::prop_kind::forward_training, d.data, d.stat, eps, kFlags}, d.eng};
-  if (c.entry == "backward")
-    d.bwd = {{dnnl::prop_kind::backward, d.data, d.data, d.stat, eps, kFlags}, d.eng, d.fwd};
+  if (c.entry == "backward") d.bwd = {{dnnl::prop_kind::backward, d.data, d.data, d.stat, eps, kFlags}, d.eng, d.fwd};
 }
 
 std::string unsupported(const PeerCase& c) {
@@ -125,10 +124,12 @@ class Run final : public PeerRun {
       const memory& m = args_.at(arg);
       const memory::desc md = m.get_desc();
       const int64_t n = int64_t(md.get_size() / memory::data_type_size(md.data_type()));
-      const DType t = md.data_type() == memory::data_type::bf16 ? DType::bf16
-                      : md.data_type() == memory::data_type::f16 ? DType::f16 : DType::f32;
+      const DType t = md.data_type() == memory::data_type::bf16  ? DType::bf16
+                      : md.data_type() == memory::data_type::f16 ? DType::f16
+                                                                 : DType::f32;
       out.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_element(t, static_cast<const std::byte*>(m.get_data_handle()), i);
+      for (int64_t i = 0; i < n; ++i)
+        out[size_t(i)] = load_element(t, static_cast<const std::byte*>(m.get_data_handle()), i);
       if (name == "rstd")
         for (double& v : out) v = 1.0 / std::sqrt(v + eps_);
       return true;

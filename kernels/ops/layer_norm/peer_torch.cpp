@@ -19,7 +19,11 @@ using namespace torch_peer;
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry == "backward"), upcast_(c.dtype != DType::f32), T_(scalar_type(c.dtype)), eps_(c.params.get("eps")), buf_(drawn) {
+      : backward_(c.entry == "backward"),
+        upcast_(c.dtype != DType::f32),
+        T_(scalar_type(c.dtype)),
+        eps_(c.params.get("eps")),
+        buf_(drawn) {
     use_threads(c.threads);
     const int64_t rows = c.shape[0];
     cols_ = c.shape[1];
@@ -50,8 +54,8 @@ class Run final : public PeerRun {
     } else {
       // ATen allocates dbeta like beta, which backward never reads: gamma stands in for it
       const at::Tensor g = upcast_ ? gamma_.to(at::kFloat) : gamma_;
-      std::tie(dx32_, dgamma32_, dbeta32_) =
-          at::native_layer_norm_backward(upcast_ ? dy_.to(at::kFloat) : dy_, x_, {cols_}, mean_, rstd_, g, g, {true, true, true});
+      std::tie(dx32_, dgamma32_, dbeta32_) = at::native_layer_norm_backward(
+          upcast_ ? dy_.to(at::kFloat) : dy_, x_, {cols_}, mean_, rstd_, g, g, {true, true, true});
       if (upcast_) {
         dx_ = dx32_.to(T_);
         dgamma_ = dgamma32_.to(T_);
@@ -91,12 +95,14 @@ std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 2) return "layer_norm shapes are [rows, cols]";
   // ATen computes y = x * (rstd*gamma) + (beta - mean*rstd*gamma): with one column var = 0 and
   // rstd = 1/sqrt(eps), and the two terms cancel to ~ulp(x/sqrt(eps)) (0.7 -> beta - 1e-5 in f32)
-  if (c.shape[1] == 1) return "one-column rows: torch's x*a + b form cancels catastrophically at var = 0 (error ~ulp(x/sqrt(eps)))";
+  if (c.shape[1] == 1)
+    return "one-column rows: torch's x*a + b form cancels catastrophically at var = 0 (error ~ulp(x/sqrt(eps)))";
   // ATen's backward forms dx as a*dy + b*x + c, never x - mean: with a large row mean (the
   // checks' offset variant) its f32 result rounded to bf16 misses the op's bf16 tolerance by a few
   // percent of the allowance, in about one run of three (f16's finer grid absorbs it)
   if (c.entry == "backward" && c.dtype == DType::bf16)
-    return "bf16 backward: torch's dx = a*dy + b*x + c misses the op's bf16 tolerance on rows with a large mean (x - mean never formed)";
+    return "bf16 backward: torch's dx = a*dy + b*x + c misses the op's bf16 tolerance on rows with a large mean (x - "
+           "mean never formed)";
   return probe(c, "layer_norm", {2, 8}, make);
 }
 

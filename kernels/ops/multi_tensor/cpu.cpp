@@ -57,7 +57,7 @@ struct Elementwise {
   const opf_host* host;
   int32_t in_dtype, out_dtype;
   const opf_tensor *x, *y, *out;
-  float s, a, b;         // scale: out = x*s; axpby: out = a*x + b*y
+  float s, a, b;          // scale: out = x*s; axpby: out = a*x + b*y
   bool check_x, check_y;  // which inputs set the flag
   bool stream;
   Plan plan;
@@ -263,8 +263,8 @@ int32_t check_list(const Args& args, List list, const char* name, List lead, con
   for (size_t k = 0; k < list.size(); ++k) {
     const opf_tensor& t = list[k];
     if (t.dtype != dtype)
-      failf("%s: %s[%zu] has dtype %s, expected %s (the dtype of %s[0])", e, name, k, dtype_str(t.dtype), dtype_str(dtype),
-            t.dtype == list[0].dtype ? lead_name : name);
+      failf("%s: %s[%zu] has dtype %s, expected %s (the dtype of %s[0])", e, name, k, dtype_str(t.dtype),
+            dtype_str(dtype), t.dtype == list[0].dtype ? lead_name : name);
     if (numel(t) != numel(lead[k]))
       failf("%s: %s[%zu] has %lld elements, %s[%zu] has %lld", e, name, k, (long long)numel(t), lead_name, k,
             (long long)numel(lead[k]));
@@ -284,8 +284,8 @@ void check_overlap(const Args& args, List out, const char* name, List in, const 
     const auto* o_end = o + n * int64_t(dtype_size(DType(out[k].dtype)));
     const auto* i_end = i + n * int64_t(dtype_size(DType(in[k].dtype)));
     if (o < i_end && i < o_end)
-      failf("%s: %s[%zu] overlaps %s[%zu] without being it (in place needs the same data and dtype)", args.entry(), name,
-            k, in_name, k);
+      failf("%s: %s[%zu] overlaps %s[%zu] without being it (in place needs the same data and dtype)", args.entry(),
+            name, k, in_name, k);
   }
 }
 
@@ -299,7 +299,8 @@ void elementwise(const opf_call* c, bool execute, bool axpby) {
   const double scale = args.f64(0, "scale"), a = args.f64(1, "a"), b = args.f64(2, "b");
   const int64_t check = args.choice(3, "arg_to_check");
   (void)args.flag(4, "per_tensor");
-  if (check < 0 || check > 2) failf("%s: param arg_to_check has choice index %lld, expected 0..2 (-1, 0, 1)", e, (long long)check);
+  if (check < 0 || check > 2)
+    failf("%s: param arg_to_check has choice index %lld, expected 0..2 (-1, 0, 1)", e, (long long)check);
   const char* xn = axpby ? "x" : "in";
   const List x = args.list(0, xn), y = axpby ? args.list(1, "y") : List{}, out = args.list(axpby ? 2 : 1, "out");
   int32_t* noop = flag_of(args, axpby ? 3 : 2);

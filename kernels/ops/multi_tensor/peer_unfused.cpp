@@ -160,8 +160,14 @@ class Run final : public PeerRun {
       const size_t e = dtype_size(dt_);
       opf::cpu::parallel_for(host_, int64_t(slices_.size()), [&](int64_t i) {
         const Slice& s = slices_[size_t(i)];
-        Pass a{Op::sumsq, T, nullptr, x_[s.tensor] + size_t(s.begin) * e, size_t(s.end - s.begin), 0,
-               &slice_sums_[size_t(i)], nullptr};
+        Pass a{Op::sumsq,
+               T,
+               nullptr,
+               x_[s.tensor] + size_t(s.begin) * e,
+               size_t(s.end - s.begin),
+               0,
+               &slice_sums_[size_t(i)],
+               nullptr};
         HWY_DYNAMIC_DISPATCH(RunPass)(a);
       });
       std::fill(per_.begin(), per_.end(), 0.0f);
@@ -226,8 +232,14 @@ class Run final : public PeerRun {
         const int64_t b = std::max(lo, offsets_[k]) - offsets_[k], end = std::min(hi, offsets_[k + 1]) - offsets_[k];
         if (end <= b) continue;
         const Ptrs q = ptrs(k);
-        Pass a{op, int32_t(dt_), q.x ? static_cast<std::byte*>(q.x) + size_t(b) * e : nullptr, q.y + size_t(b) * e,
-               size_t(end - b), s, nullptr, &mine};
+        Pass a{op,
+               int32_t(dt_),
+               q.x ? static_cast<std::byte*>(q.x) + size_t(b) * e : nullptr,
+               q.y + size_t(b) * e,
+               size_t(end - b),
+               s,
+               nullptr,
+               &mine};
         HWY_DYNAMIC_DISPATCH(RunPass)(a);
       }
       bad[size_t(t)] = mine;

@@ -101,20 +101,26 @@ int run(const char* entry, const Params& p, const Build& build, std::string* err
 }
 
 int scale(List& in, List& out, int32_t& flag, const Params& p = {}, std::string* err = nullptr) {
-  return run("scale", p, [&](opf::CallBuilder& b) {
-    in.add_to(b, "in");
-    out.add_to(b, "out");
-    b.add("noop_flag", &flag, DType::i32, {1});
-  }, err);
+  return run(
+      "scale", p,
+      [&](opf::CallBuilder& b) {
+        in.add_to(b, "in");
+        out.add_to(b, "out");
+        b.add("noop_flag", &flag, DType::i32, {1});
+      },
+      err);
 }
 
 int axpby(List& x, List& y, List& out, int32_t& flag, const Params& p = {}, std::string* err = nullptr) {
-  return run("axpby", p, [&](opf::CallBuilder& b) {
-    x.add_to(b, "x");
-    y.add_to(b, "y");
-    out.add_to(b, "out");
-    b.add("noop_flag", &flag, DType::i32, {1});
-  }, err);
+  return run(
+      "axpby", p,
+      [&](opf::CallBuilder& b) {
+        x.add_to(b, "x");
+        y.add_to(b, "y");
+        out.add_to(b, "out");
+        b.add("noop_flag", &flag, DType::i32, {1});
+      },
+      err);
 }
 
 struct Norms {
@@ -125,12 +131,15 @@ struct Norms {
 int l2norm(List& t, Norms& r, const Params& p = {}, std::string* err = nullptr) {
   r.per.assign(p.per_tensor ? t.sizes.size() : 0, NAN);
   r.norm = NAN;
-  return run("l2norm", p, [&](opf::CallBuilder& b) {
-    t.add_to(b, "tensors");
-    b.add("norm", &r.norm, DType::f32, {1});
-    b.add("per_tensor_norms", r.per.data(), DType::f32, {int64_t(r.per.size())});
-    b.add("noop_flag", &r.flag, DType::i32, {1});
-  }, err);
+  return run(
+      "l2norm", p,
+      [&](opf::CallBuilder& b) {
+        t.add_to(b, "tensors");
+        b.add("norm", &r.norm, DType::f32, {1});
+        b.add("per_tensor_norms", r.per.data(), DType::f32, {int64_t(r.per.size())});
+        b.add("noop_flag", &r.flag, DType::i32, {1});
+      },
+      err);
 }
 
 double f32(double v) { return double(float(v)); }
@@ -143,7 +152,9 @@ void expect_close(double got, double want, DType dt, double operands, const std:
     return;
   }
   const double tol = 2 * opf::dtype_unit_roundoff(dt) * std::fabs(want) + 4 * 0x1p-24 * operands +
-                     (dt == DType::f16 ? 0x1p-24 : dt == DType::bf16 ? 0x1p-133 : 0x1p-149);
+                     (dt == DType::f16    ? 0x1p-24
+                      : dt == DType::bf16 ? 0x1p-133
+                                          : 0x1p-149);
   EXPECT_LE(std::fabs(got - want), tol) << where << ": " << got << " want " << want;
 }
 
@@ -179,11 +190,12 @@ TEST(MultiTensor, ScaleInPlaceMatchesOutOfPlace) {
     int32_t flag = 0;
     ASSERT_EQ(scale(in, out, flag), 0);
     List inplace = in;
-    ASSERT_EQ(run("scale", Params{}, [&](opf::CallBuilder& b) {
-                inplace.add_to(b, "in");
-                inplace.add_to(b, "out");
-                b.add("noop_flag", &flag, DType::i32, {1});
-              }),
+    ASSERT_EQ(run("scale", Params{},
+                  [&](opf::CallBuilder& b) {
+                    inplace.add_to(b, "in");
+                    inplace.add_to(b, "out");
+                    b.add("noop_flag", &flag, DType::i32, {1});
+                  }),
               0);
     EXPECT_TRUE(inplace.same_bits(out)) << opf::dtype_name(dt);
     EXPECT_EQ(flag, 0);
@@ -204,13 +216,14 @@ TEST(MultiTensor, LargeOutputsStreamedMatchTheFormula) {
     for (int64_t n : sizes) out.emplace_back(size_t(n) + 1, NAN);
     int32_t flag = 0;
     List xi = x, yi = y;
-    ASSERT_EQ(run(entry, p, [&](opf::CallBuilder& b) {
-                xi.add_to(b, ax ? "x" : "in");
-                if (ax) yi.add_to(b, "y");
-                b.empty_list("out");
-                for (size_t k = 0; k < sizes.size(); ++k) b.add("out", out[k].data() + 1, DType::f32, {sizes[k]});
-                b.add("noop_flag", &flag, DType::i32, {1});
-              }),
+    ASSERT_EQ(run(entry, p,
+                  [&](opf::CallBuilder& b) {
+                    xi.add_to(b, ax ? "x" : "in");
+                    if (ax) yi.add_to(b, "y");
+                    b.empty_list("out");
+                    for (size_t k = 0; k < sizes.size(); ++k) b.add("out", out[k].data() + 1, DType::f32, {sizes[k]});
+                    b.add("noop_flag", &flag, DType::i32, {1});
+                  }),
               0);
     EXPECT_EQ(flag, 0);
     int bad = 0;
@@ -228,11 +241,12 @@ TEST(MultiTensor, LargeOutputsStreamedMatchTheFormula) {
     }
     if (ax) continue;
     List inplace = x;  // in place: the same bits
-    ASSERT_EQ(run("scale", p, [&](opf::CallBuilder& b) {
-                inplace.add_to(b, "in");
-                inplace.add_to(b, "out");
-                b.add("noop_flag", &flag, DType::i32, {1});
-              }),
+    ASSERT_EQ(run("scale", p,
+                  [&](opf::CallBuilder& b) {
+                    inplace.add_to(b, "in");
+                    inplace.add_to(b, "out");
+                    b.add("noop_flag", &flag, DType::i32, {1});
+                  }),
               0);
     for (size_t k = 0; k < sizes.size(); ++k)
       EXPECT_EQ(0, std::memcmp(inplace.data[k].data(), out[k].data() + 1, size_t(sizes[k]) * 4)) << "tensor " << k;
@@ -279,8 +293,9 @@ TEST(MultiTensor, AxpbyMatchesTheFormulaIntoEveryOutputDtype) {
       for (size_t k = 0; k < kMixed.size(); ++k)
         for (int64_t i = 0; i < kMixed[k]; i += 1 + kMixed[k] / 5000) {
           const double ax = a * x.at(k, i), by = b * y.at(k, i);
-          expect_close(out.at(k, i), ax + by, dout, std::fabs(ax) + std::fabs(by),
-                       std::string(opf::dtype_name(din)) + " tensor " + std::to_string(k) + " element " + std::to_string(i));
+          expect_close(
+              out.at(k, i), ax + by, dout, std::fabs(ax) + std::fabs(by),
+              std::string(opf::dtype_name(din)) + " tensor " + std::to_string(k) + " element " + std::to_string(i));
           if (HasFailure()) return;
         }
       // the last element of every tensor (a scalar tail in the kernel)
@@ -305,7 +320,7 @@ TEST(MultiTensor, AxpbyChecksTheInputsArgToCheckNames) {
         ASSERT_EQ(axpby(x, y, out, flag, p), 0);
         const bool expect = check == -1 || check == bad_in;
         EXPECT_EQ(flag, expect ? 1 : 0) << opf::dtype_name(dt) << ": non-finite " << (bad_in ? "y" : "x")
-                                         << ", arg_to_check " << check;
+                                        << ", arg_to_check " << check;
         EXPECT_FALSE(std::isfinite(out.at(1, 500)));
         EXPECT_TRUE(std::isfinite(out.at(1, 499)) && std::isfinite(out.at(0, 2)));
       }
@@ -361,12 +376,15 @@ TEST(MultiTensor, L2NormWithoutPerTensorTakesAnEmptyOutput) {
     std::vector<float> wrong(per_tensor ? 2 : 3, NAN);
     float norm = NAN;
     int32_t flag = 0;
-    EXPECT_NE(run("l2norm", p, [&](opf::CallBuilder& b) {
-                t.add_to(b, "tensors");
-                b.add("norm", &norm, DType::f32, {1});
-                b.add("per_tensor_norms", wrong.data(), DType::f32, {int64_t(wrong.size())});
-                b.add("noop_flag", &flag, DType::i32, {1});
-              }, &err),
+    EXPECT_NE(run(
+                  "l2norm", p,
+                  [&](opf::CallBuilder& b) {
+                    t.add_to(b, "tensors");
+                    b.add("norm", &norm, DType::f32, {1});
+                    b.add("per_tensor_norms", wrong.data(), DType::f32, {int64_t(wrong.size())});
+                    b.add("noop_flag", &flag, DType::i32, {1});
+                  },
+                  &err),
               0);
     EXPECT_NE(err.find("per_tensor_norms"), std::string::npos) << err;
     EXPECT_TRUE(std::isnan(norm)) << "written despite the error";
@@ -463,48 +481,61 @@ TEST(MultiTensor, MismatchedListsAreRefusedNamingTheList) {
   {  // out's dtype is free but one for the whole list
     List out = poisoned;
     std::vector<uint16_t> half(9, 0x7e00);
-    const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-      in.add_to(b, "in");
-      b.empty_list("out");
-      for (size_t k = 0; k < 3; ++k) b.add("out", out.data[k].data(), DType::f32, {sizes[k]});
-      b.add("out", half.data(), DType::f16, {9});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "scale", Params{},
+        [&](opf::CallBuilder& b) {
+          in.add_to(b, "in");
+          b.empty_list("out");
+          for (size_t k = 0; k < 3; ++k) b.add("out", out.data[k].data(), DType::f32, {sizes[k]});
+          b.add("out", half.data(), DType::f16, {9});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     expect_refused("out dtype", rc, err, "out[3] has dtype f16, expected f32", out, poisoned);
   }
   {  // an i32 output list
     List out = poisoned;
-    const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-      in.add_to(b, "in");
-      b.empty_list("out");
-      for (size_t k = 0; k < 4; ++k) b.add("out", out.data[k].data(), DType::i32, {sizes[k]});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "scale", Params{},
+        [&](opf::CallBuilder& b) {
+          in.add_to(b, "in");
+          b.empty_list("out");
+          for (size_t k = 0; k < 4; ++k) b.add("out", out.data[k].data(), DType::i32, {sizes[k]});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     expect_refused("out i32", rc, err, "out[0] has dtype i32, expected f32, f16 or bf16", out, poisoned);
   }
   {  // out[1] starts one element into in[1]
     List out = poisoned;
-    const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-      in.add_to(b, "in");
-      b.empty_list("out");
-      for (size_t k = 0; k < 4; ++k)
-        b.add("out", k == 1 ? static_cast<void*>(in.data[1].data() + 4) : out.data[k].data(), DType::f32,
-              {k == 1 ? 63 : sizes[k]});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "scale", Params{},
+        [&](opf::CallBuilder& b) {
+          in.add_to(b, "in");
+          b.empty_list("out");
+          for (size_t k = 0; k < 4; ++k)
+            b.add("out", k == 1 ? static_cast<void*>(in.data[1].data() + 4) : out.data[k].data(), DType::f32,
+                  {k == 1 ? 63 : sizes[k]});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     EXPECT_NE(rc, 0);
     EXPECT_NE(err.find("out[1] has 63 elements"), std::string::npos) << err;
   }
   {  // an f16 out list whose element 1 is in[1]'s memory: the same start, another dtype
     List out = List(DType::f16, sizes).poison(), in_copy = in;
     const List out_before = out;
-    const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-      in_copy.add_to(b, "in");
-      b.empty_list("out");
-      for (size_t k = 0; k < 4; ++k)
-        b.add("out", k == 1 ? static_cast<void*>(in_copy.data[1].data()) : out.data[k].data(), DType::f16, {sizes[k]});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "scale", Params{},
+        [&](opf::CallBuilder& b) {
+          in_copy.add_to(b, "in");
+          b.empty_list("out");
+          for (size_t k = 0; k < 4; ++k)
+            b.add("out", k == 1 ? static_cast<void*>(in_copy.data[1].data()) : out.data[k].data(), DType::f16,
+                  {sizes[k]});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     EXPECT_NE(rc, 0);
     EXPECT_NE(err.find("out[1] overlaps in[1]"), std::string::npos) << err;
     EXPECT_TRUE(in_copy.same_bits(in) && out.same_bits(out_before)) << "written despite the error";
@@ -512,22 +543,28 @@ TEST(MultiTensor, MismatchedListsAreRefusedNamingTheList) {
   {  // the flag must be i32 [1]
     List out = poisoned;
     int64_t wide = 0;
-    const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-      in.add_to(b, "in");
-      out.add_to(b, "out");
-      b.add("noop_flag", &wide, DType::i64, {1});
-    }, &err);
+    const int rc = run(
+        "scale", Params{},
+        [&](opf::CallBuilder& b) {
+          in.add_to(b, "in");
+          out.add_to(b, "out");
+          b.add("noop_flag", &wide, DType::i64, {1});
+        },
+        &err);
     expect_refused("flag dtype", rc, err, "noop_flag) has dtype i64, expected i32", out, poisoned);
   }
   {  // l2norm's norm must be f32 [1]
     float two[2] = {NAN, NAN};
     std::vector<float> per(4, NAN);
-    const int rc = run("l2norm", Params{}, [&](opf::CallBuilder& b) {
-      in.add_to(b, "tensors");
-      b.add("norm", two, DType::f32, {2});
-      b.add("per_tensor_norms", per.data(), DType::f32, {4});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "l2norm", Params{},
+        [&](opf::CallBuilder& b) {
+          in.add_to(b, "tensors");
+          b.add("norm", two, DType::f32, {2});
+          b.add("per_tensor_norms", per.data(), DType::f32, {4});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     EXPECT_NE(rc, 0);
     EXPECT_NE(err.find("(norm) has size 2 in dim 0, expected 1"), std::string::npos) << err;
     EXPECT_TRUE(std::isnan(two[0]) && std::isnan(per[0]));
@@ -537,14 +574,17 @@ TEST(MultiTensor, MismatchedListsAreRefusedNamingTheList) {
     std::vector<uint16_t> half(9, 0x3c00);
     Norms r;
     r.per.assign(4, NAN);
-    const int rc = run("l2norm", Params{}, [&](opf::CallBuilder& b) {
-      b.empty_list("tensors");
-      for (size_t k = 0; k < 3; ++k) b.add("tensors", in.data[k].data(), DType::f32, {sizes[k]});
-      b.add("tensors", half.data(), DType::f16, {9});
-      b.add("norm", &r.norm, DType::f32, {1});
-      b.add("per_tensor_norms", r.per.data(), DType::f32, {4});
-      b.add("noop_flag", &flag, DType::i32, {1});
-    }, &err);
+    const int rc = run(
+        "l2norm", Params{},
+        [&](opf::CallBuilder& b) {
+          b.empty_list("tensors");
+          for (size_t k = 0; k < 3; ++k) b.add("tensors", in.data[k].data(), DType::f32, {sizes[k]});
+          b.add("tensors", half.data(), DType::f16, {9});
+          b.add("norm", &r.norm, DType::f32, {1});
+          b.add("per_tensor_norms", r.per.data(), DType::f32, {4});
+          b.add("noop_flag", &flag, DType::i32, {1});
+        },
+        &err);
     EXPECT_NE(rc, 0);
     EXPECT_NE(err.find("tensors[3] has dtype f16, tensors[0] has f32"), std::string::npos) << err;
     EXPECT_TRUE(std::isnan(r.norm));
@@ -558,11 +598,14 @@ TEST(MultiTensor, StridedViewIsRefused) {
   const List poisoned = out;
   int32_t flag = 0;
   std::string err;
-  const int rc = run("scale", Params{}, [&](opf::CallBuilder& b) {
-    b.add("in", in.data[0].data(), DType::f32, {16}, {4});  // every 4th element
-    out.add_to(b, "out");
-    b.add("noop_flag", &flag, DType::i32, {1});
-  }, &err);
+  const int rc = run(
+      "scale", Params{},
+      [&](opf::CallBuilder& b) {
+        b.add("in", in.data[0].data(), DType::f32, {16}, {4});  // every 4th element
+        out.add_to(b, "out");
+        b.add("noop_flag", &flag, DType::i32, {1});
+      },
+      &err);
   expect_refused("strided in", rc, err, "(in) is not contiguous", out, poisoned);
 }
 

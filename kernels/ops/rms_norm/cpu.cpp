@@ -144,61 +144,62 @@ void ForwardT(const Forward& a) {
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them).
 template <class S>
-HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, bool stream, int64_t r0, int64_t r1, double* HWY_RESTRICT tdg) {
+HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, bool stream, int64_t r0, int64_t r1,
+                               double* HWY_RESTRICT tdg) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
   const float inv_n = 1.0f / float(n);
 
-    // f32 dgamma partials; the second pass re-widens x, dy from cache (cheaper than keeping f32
-    // copies, which would double the row's cache footprint)
-    auto scratch = hwy::AllocateAligned<float>(n);
-    float* pdg = scratch.get();
-    std::memset(pdg, 0, n * sizeof(float));
-    for (int64_t i = r0; i < r1; ++i) {
-      const S* x = static_cast<const S*>(a.x) + i * a.cols;
-      const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
-      S* dx = static_cast<S*>(a.dx) + i * a.cols;
-      const float r = a.rstd[i];
-      const auto vr = hn::Set(d, r);
+  // f32 dgamma partials; the second pass re-widens x, dy from cache (cheaper than keeping f32
+  // copies, which would double the row's cache footprint)
+  auto scratch = hwy::AllocateAligned<float>(n);
+  float* pdg = scratch.get();
+  std::memset(pdg, 0, n * sizeof(float));
+  for (int64_t i = r0; i < r1; ++i) {
+    const S* x = static_cast<const S*>(a.x) + i * a.cols;
+    const S* dy = static_cast<const S*>(a.dy) + i * a.cols;
+    S* dx = static_cast<S*>(a.dx) + i * a.cols;
+    const float r = a.rstd[i];
+    const auto vr = hn::Set(d, r);
 
-      auto sgx = hn::Zero(d);
-      size_t j = 0;
-      for (; j + N <= n; j += N) {
-        const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
-        const auto xh = hn::Mul(xv, vr);
-        sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
-        hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
-      }
-      float sum_gx = SumLanes(d, sgx);
-      for (; j < n; ++j) {
-        const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
-        const float xh = xv * r;
-        sum_gx += g[j] * dyv * xh;
-        pdg[j] += dyv * xh;
-      }
-
-      // dx = r/n * (n*g*dy - xhat*sum_gx)
-      const float c2 = sum_gx * inv_n;
-      const auto vc2 = hn::Set(d, c2);
-      const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
-      WriteRow(
-          d, dx, n, stream,
-          [&](size_t k) {
-            PrefetchSpan(x + next + k, N);
-            PrefetchSpan(dy + next + k, N);
-            if (!stream) PrefetchSpanForWrite(dx + next + k, N);
-            const auto xh = hn::Mul(LoadWiden(d, x + k), vr);
-            const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
-            return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
-          },
-          [&](size_t k) { return r * std::fma(-(to_f32(x[k]) * r), c2, g[k] * to_f32(dy[k])); });
-
-      if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
-        for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
-        std::memset(pdg, 0, n * sizeof(float));
-      }
+    auto sgx = hn::Zero(d);
+    size_t j = 0;
+    for (; j + N <= n; j += N) {
+      const auto xv = LoadWiden(d, x + j), dyv = LoadWiden(d, dy + j);
+      const auto xh = hn::Mul(xv, vr);
+      sgx = hn::MulAdd(hn::Mul(hn::LoadU(d, g + j), dyv), xh, sgx);
+      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
     }
-    if (stream) hwy::FlushStream();
+    float sum_gx = SumLanes(d, sgx);
+    for (; j < n; ++j) {
+      const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
+      const float xh = xv * r;
+      sum_gx += g[j] * dyv * xh;
+      pdg[j] += dyv * xh;
+    }
+
+    // dx = r/n * (n*g*dy - xhat*sum_gx)
+    const float c2 = sum_gx * inv_n;
+    const auto vc2 = hn::Set(d, c2);
+    const int64_t next = i + 1 < r1 ? a.cols : 0;  // this pass runs from cache: fetch the next row
+    WriteRow(
+        d, dx, n, stream,
+        [&](size_t k) {
+          PrefetchSpan(x + next + k, N);
+          PrefetchSpan(dy + next + k, N);
+          if (!stream) PrefetchSpanForWrite(dx + next + k, N);
+          const auto xh = hn::Mul(LoadWiden(d, x + k), vr);
+          const auto gd = hn::Mul(hn::LoadU(d, g + k), LoadWiden(d, dy + k));
+          return hn::Mul(vr, hn::NegMulAdd(xh, vc2, gd));
+        },
+        [&](size_t k) { return r * std::fma(-(to_f32(x[k]) * r), c2, g[k] * to_f32(dy[k])); });
+
+    if ((i + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == r1) {
+      for (size_t k = 0; k < n; ++k) tdg[k] += double(pdg[k]);
+      std::memset(pdg, 0, n * sizeof(float));
+    }
+  }
+  if (stream) hwy::FlushStream();
 }
 
 template <class S>
@@ -209,7 +210,9 @@ void BackwardT(const Backward& a) {
   Widen(static_cast<const S*>(a.gamma), g, n);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   std::vector<double> sums;  // dgamma, f64
-  opf::cpu::parallel_column_sums(a.host, a.rows, OPF_TUNE_REDUCE_ROWS, n, sums, [&](int64_t r0, int64_t r1, double* tdg) { BackwardRows<S>(a, g, stream, r0, r1, tdg); });
+  opf::cpu::parallel_column_sums(
+      a.host, a.rows, OPF_TUNE_REDUCE_ROWS, n, sums,
+      [&](int64_t r0, int64_t r1, double* tdg) { BackwardRows<S>(a, g, stream, r0, r1, tdg); });
   S* dg = static_cast<S*>(a.dgamma);
   for (size_t k = 0; k < n; ++k) dg[k] = from_f32<S>(float(sums[k]));
 }
@@ -232,7 +235,11 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& x = expect_lead(args, 0, "x", 2, "[rows, cols]");
     const int64_t rows = x.shape[0], cols = x.shape[1];
     const int32_t t = x.dtype;
-    Forward a{c->host, t, rows, cols, x.data,
+    Forward a{c->host,
+              t,
+              rows,
+              cols,
+              x.data,
               expect_arg(args, 1, "gamma", t, {cols}).data,
               expect_arg(args, 2, "y", t, {rows, cols}).data,
               static_cast<float*>(expect_arg(args, 3, "rstd", OPF_F32, {rows}).data),
@@ -243,7 +250,11 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[rows, cols]");
     const int64_t rows = dy.shape[0], cols = dy.shape[1];
     const int32_t t = dy.dtype;
-    Backward a{c->host, t, rows, cols, dy.data,
+    Backward a{c->host,
+               t,
+               rows,
+               cols,
+               dy.data,
                expect_arg(args, 1, "x", t, {rows, cols}).data,
                expect_arg(args, 3, "gamma", t, {cols}).data,
                static_cast<const float*>(expect_arg(args, 2, "rstd", OPF_F32, {rows}).data),

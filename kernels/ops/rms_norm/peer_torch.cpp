@@ -15,7 +15,8 @@ using namespace torch_peer;
 
 class Run final : public PeerRun {
  public:
-  Run(const PeerCase& c, const DrawnCase& drawn) : backward_(c.entry == "backward"), T_(scalar_type(c.dtype)), eps_(c.params.get("eps")), buf_(drawn) {
+  Run(const PeerCase& c, const DrawnCase& drawn)
+      : backward_(c.entry == "backward"), T_(scalar_type(c.dtype)), eps_(c.params.get("eps")), buf_(drawn) {
     use_threads(c.threads);
     rows_ = c.shape[0];
     cols_ = c.shape[1];
@@ -39,9 +40,9 @@ class Run final : public PeerRun {
       const at::Tensor g_h = dy_.mul(gamma_).to(at::kFloat);
       dgamma_ = dy_.mul(h_).sum(0);
       const at::Tensor g_rstd = g_h.mul(x32_).sum(-1, true);
-      const at::Tensor g_var = g_rstd.mul(rstd_.pow(3).mul(-0.5));          // rsqrt's backward
+      const at::Tensor g_var = g_rstd.mul(rstd_.pow(3).mul(-0.5));                // rsqrt's backward
       const at::Tensor g_x_sq = g_var.expand({rows_, cols_}).div(double(cols_));  // mean's
-      dx_ = g_h.mul(rstd_).add(g_x_sq.mul(x32_.mul(2.0))).to(T_);          // mul's and pow's, summed
+      dx_ = g_h.mul(rstd_).add(g_x_sq.mul(x32_.mul(2.0))).to(T_);                 // mul's and pow's, summed
     }
   }
 
@@ -72,8 +73,8 @@ std::string unsupported(const PeerCase& c) {
   // autograd forms dy * gamma in T (y = gamma * h_T) before the f32 part; on rows with a large
   // mean the two f32 terms of dx cancel and that rounding is all that is left
   if (c.entry == "backward" && c.dtype != DType::f32)
-    return std::string(dtype_name(c.dtype)) + " backward: autograd's dy * gamma rounded to " + std::string(dtype_name(c.dtype)) +
-           " cancels to far outside the op's tolerance on rows with a large mean";
+    return std::string(dtype_name(c.dtype)) + " backward: autograd's dy * gamma rounded to " +
+           std::string(dtype_name(c.dtype)) + " cancels to far outside the op's tolerance on rows with a large mean";
   return probe(c, "rms_norm", {2, 8}, make);
 }
 

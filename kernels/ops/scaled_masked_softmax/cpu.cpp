@@ -211,17 +211,24 @@ void call(const opf_call* c, bool execute) {
     const float scale = float(args.f64(0, "scale"));
     const opf_tensor& x = expect_lead(args, 0, "x", 4, "[b, np, sq, sk]");
     const int64_t b = x.shape[0], np = x.shape[1], sq = x.shape[2], sk = x.shape[3];
-    Forward a{c->host, x.dtype, b, np, sq, sk, x.data,
+    Forward a{c->host,
+              x.dtype,
+              b,
+              np,
+              sq,
+              sk,
+              x.data,
               static_cast<const uint8_t*>(expect_arg(args, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
-              expect_arg(args, 2, "y", x.dtype, {b, np, sq, sk}).data, scale};
+              expect_arg(args, 2, "y", x.dtype, {b, np, sq, sk}).data,
+              scale};
     if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 2, 1);
     const float scale = float(args.f64(0, "scale"));
     const opf_tensor& dy = expect_lead(args, 0, "dy", 4, "[b, np, sq, sk]");
     const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
-    Backward a{c->host, dy.dtype, b * np * sq, sk, dy.data,
-               expect_arg(args, 1, "y", dy.dtype, {b, np, sq, sk}).data, scale};
+    Backward a{c->host, dy.dtype, b * np * sq, sk, dy.data, expect_arg(args, 1, "y", dy.dtype, {b, np, sq, sk}).data,
+               scale};
     if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (scaled_masked_softmax has forward, backward)", c->entry ? c->entry : "");

@@ -18,7 +18,8 @@ using namespace torch_peer;
 
 class Run final : public PeerRun {
  public:
-  Run(const PeerCase& c, const DrawnCase& drawn) : backward_(c.entry == "backward"), T_(scalar_type(c.dtype)), scale_(c.params.get("scale")), buf_(drawn) {
+  Run(const PeerCase& c, const DrawnCase& drawn)
+      : backward_(c.entry == "backward"), T_(scalar_type(c.dtype)), scale_(c.params.get("scale")), buf_(drawn) {
     use_threads(c.threads);
     if (!backward_) {
       x_ = buf_.arg("x");

@@ -29,14 +29,22 @@ struct Softmax {
   std::vector<float> x, y, dy;
   std::vector<uint8_t> mask;
   Softmax(int64_t b_, int64_t np_, int64_t sq_, int64_t sk_)
-      : b(b_), np(np_), sq(sq_), sk(sk_), x(size_t(b_ * np_ * sq_ * sk_)), y(x.size(), kPoison),
-        dy(x.size()), mask(size_t(b_ * sq_ * sk_), 0) {
+      : b(b_),
+        np(np_),
+        sq(sq_),
+        sk(sk_),
+        x(size_t(b_ * np_ * sq_ * sk_)),
+        y(x.size(), kPoison),
+        dy(x.size()),
+        mask(size_t(b_ * sq_ * sk_), 0) {
     std::mt19937_64 rng(kSeed);
     std::uniform_real_distribution<float> u(-40.0f, 40.0f);
     for (float& v : x) v = u(rng);
     for (float& v : dy) v = u(rng) / 40.0f;
   }
-  float* row(std::vector<float>& t, int64_t bi, int64_t h, int64_t s) { return &t[size_t(((bi * np + h) * sq + s) * sk)]; }
+  float* row(std::vector<float>& t, int64_t bi, int64_t h, int64_t s) {
+    return &t[size_t(((bi * np + h) * sq + s) * sk)];
+  }
   uint8_t* mask_row(int64_t bi, int64_t s) { return &mask[size_t((bi * sq + s) * sk)]; }
 
   int run(const char* entry, double scale, std::string* err = nullptr, bool bad_mask_shape = false) {
@@ -75,7 +83,7 @@ TEST(ScaledMaskedSoftmaxEdge, FullyMaskedRowIsAllZerosNotUniform) {
   std::printf("seed %llu\n", (unsigned long long)kSeed);
   Softmax s(2, 3, 4, 37);
   std::fill(s.mask_row(1, 2), s.mask_row(1, 2) + s.sk, 1);  // row (b=1, s=2): no admissible key
-  s.row(s.x, 1, 0, 2)[5] = 1e30f;                            // its scores do not matter
+  s.row(s.x, 1, 0, 2)[5] = 1e30f;                           // its scores do not matter
   ASSERT_EQ(s.run("forward", 0.125), 0);
   for (int64_t h = 0; h < s.np; ++h) {
     const float* y = s.row(s.y, 1, h, 2);

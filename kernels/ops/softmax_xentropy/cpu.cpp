@@ -130,8 +130,8 @@ HWY_INLINE float RowMax(D d, const S* HWY_RESTRICT x, size_t n, float* HWY_RESTR
 // and the next row's max (and f32 copy) from memory. The next row's loads then overlap the exp
 // arithmetic, and the hardware prefetcher sees one steady stream.
 template <bool kT, bool kNext, class D, class Z, class S>
-HWY_INLINE void RowSums(D d, const Z* HWY_RESTRICT z, size_t n, float m, const S* HWY_RESTRICT xn, float* HWY_RESTRICT zn,
-                        float& sum, float& tsum, float& mnext) {
+HWY_INLINE void RowSums(D d, const Z* HWY_RESTRICT z, size_t n, float m, const S* HWY_RESTRICT xn,
+                        float* HWY_RESTRICT zn, float& sum, float& tsum, float& mnext) {
   constexpr bool kCopy = !std::is_same_v<S, float>;
   const size_t N = hn::Lanes(d);
   const auto vm = hn::Set(d, m);
@@ -215,7 +215,8 @@ void ForwardT(const Forward& a) {
   using Z = std::conditional_t<kCopy, float, S>;
   // Tasks of ~4 MiB (at least 16 rows where there are): a task's first row has no previous
   // row to overlap its pass 1 with.
-  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(a.rows, 1), 16 * opf::cpu::rows_per_task(a.rows, double(n) * sizeof(S)));
+  const int64_t chunk =
+      std::min<int64_t>(std::max<int64_t>(a.rows, 1), 16 * opf::cpu::rows_per_task(a.rows, double(n) * sizeof(S)));
   opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
     const size_t stride = (n + 15) / 16 * 16;  // whole cache lines: aligned stores
     hwy::AlignedFreeUniquePtr<float[]> copies = kCopy ? hwy::AllocateAligned<float>(2 * stride) : nullptr;
@@ -271,7 +272,8 @@ void BackwardT(const Backward& a) {
       S* dx = static_cast<S*>(a.dx) + r * a.cols;
       const int64_t label = a.labels[r];
       if (label == a.padding_idx) {  // exact zeros, whatever the logits and g hold
-        WriteRow(d, dx, n, stream, [&](size_t) { return zero; }, [](size_t) { return 0.0f; });
+        WriteRow(
+            d, dx, n, stream, [&](size_t) { return zero; }, [](size_t) { return 0.0f; });
         continue;
       }
       // dx = g e - g s/C, and g e - g (1 - s + s/C) at the label: one MulAdd per element
@@ -350,11 +352,16 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& x = expect_lead(args, 0, "logits", 2, "[N, C]");
     const int64_t rows = x.shape[0], cols = x.shape[1];
     if (cols < 1) failf("forward: argument 0 (logits) has C = %lld classes, needs at least 1", (long long)cols);
-    Forward a{c->host, x.dtype, rows, cols, x.data,
+    Forward a{c->host,
+              x.dtype,
+              rows,
+              cols,
+              x.data,
               static_cast<const int64_t*>(expect_arg(args, 1, "labels", OPF_I64, {rows}).data),
               static_cast<float*>(expect_arg(args, 2, "losses", OPF_F32, {rows}).data),
               static_cast<float*>(expect_arg(args, 3, "max_log_sum_exp", OPF_F32, {rows}).data),
-              float(smoothing), padding_idx};
+              float(smoothing),
+              padding_idx};
     check_labels("forward", a.labels, rows, cols, padding_idx);  // host data: supports() checks it too
     if (!execute || rows == 0) return;
     HWY_DYNAMIC_DISPATCH(RunForward)(a);
@@ -366,12 +373,17 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& x = expect_lead(args, 1, "logits", 2, "[N, C]");
     const int64_t rows = x.shape[0], cols = x.shape[1];
     if (cols < 1) failf("backward: argument 1 (logits) has C = %lld classes, needs at least 1", (long long)cols);
-    Backward a{c->host, x.dtype, rows, cols,
+    Backward a{c->host,
+               x.dtype,
+               rows,
+               cols,
                static_cast<const float*>(expect_arg(args, 0, "grad_losses", OPF_F32, {rows}).data),
                x.data,
                static_cast<const float*>(expect_arg(args, 2, "max_log_sum_exp", OPF_F32, {rows}).data),
                static_cast<const int64_t*>(expect_arg(args, 3, "labels", OPF_I64, {rows}).data),
-               expect_arg(args, 4, "grad_logits", x.dtype, {rows, cols}).data, float(smoothing), padding_idx};
+               expect_arg(args, 4, "grad_logits", x.dtype, {rows, cols}).data,
+               float(smoothing),
+               padding_idx};
     check_labels("backward", a.labels, rows, cols, padding_idx);
     if (!execute || rows == 0) return;
     HWY_DYNAMIC_DISPATCH(RunBackward)(a);

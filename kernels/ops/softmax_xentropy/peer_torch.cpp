@@ -23,8 +23,12 @@ constexpr int64_t kReductionNone = 0;  // at::Reduction::None
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry == "backward"), T_(scalar_type(c.dtype)), s_(c.params.get("smoothing")),
-        ignore_(c.params.get_int("padding_idx")), classes_(c.shape[1]), buf_(drawn) {
+      : backward_(c.entry == "backward"),
+        T_(scalar_type(c.dtype)),
+        s_(c.params.get("smoothing")),
+        ignore_(c.params.get_int("padding_idx")),
+        classes_(c.shape[1]),
+        buf_(drawn) {
     use_threads(c.threads);
     labels_ = buf_.arg("labels");
     logits_ = buf_.arg("logits");
@@ -41,8 +45,10 @@ class Run final : public PeerRun {
     if (!backward_) {
       losses_ = at::cross_entropy_loss(logits_.to(at::kFloat), labels_, {}, kReductionNone, ignore_, s_);
     } else {
-      at::Tensor g = at::nll_loss_backward(grad_.mul(1.0 - s_), logp_, labels_, {}, kReductionNone, ignore_, total_weight_);
-      if (s_ != 0) g.add_(grad_.unsqueeze(1).mul(keep_).mul(-s_ / double(classes_)));  // the smoothing term's, broadcast over C
+      at::Tensor g =
+          at::nll_loss_backward(grad_.mul(1.0 - s_), logp_, labels_, {}, kReductionNone, ignore_, total_weight_);
+      if (s_ != 0)
+        g.add_(grad_.unsqueeze(1).mul(keep_).mul(-s_ / double(classes_)));  // the smoothing term's, broadcast over C
       dx_ = at::_log_softmax_backward_data(g, logp_, 1, at::kFloat).to(T_);
     }
   }

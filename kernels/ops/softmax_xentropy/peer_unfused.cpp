@@ -35,10 +35,10 @@ namespace opf::suites::peers::xent_unfused {
 struct Pass {
   int32_t dtype;  // storage dtype of x / dx
   int64_t r0, r1, cols;
-  const void* x;          // logits (T)
-  float* logp;            // [N, C] f32
-  float* prob;            // [N, C] f32 (backward)
-  void* dx;               // [N, C] T (backward)
+  const void* x;  // logits (T)
+  float* logp;    // [N, C] f32
+  float* prob;    // [N, C] f32 (backward)
+  void* dx;       // [N, C] T (backward)
   const int64_t* labels;
   const float* grad;
   float* loss;
@@ -189,9 +189,19 @@ class Run final : public PeerRun {
     rows_ = c.shape[0];
     cols_ = c.shape[1];
     const HostArg& logits = arg(drawn, "logits");
-    base_ = Pass{int32_t(c.dtype), 0, 0, cols_, logits.bytes.data(), nullptr, nullptr, nullptr,
-                 data_of<int64_t>(arg(drawn, "labels")), nullptr, nullptr,
-                 float(c.params.get("smoothing")), c.params.get_int("padding_idx")};
+    base_ = Pass{int32_t(c.dtype),
+                 0,
+                 0,
+                 cols_,
+                 logits.bytes.data(),
+                 nullptr,
+                 nullptr,
+                 nullptr,
+                 data_of<int64_t>(arg(drawn, "labels")),
+                 nullptr,
+                 nullptr,
+                 float(c.params.get("smoothing")),
+                 c.params.get_int("padding_idx")};
     const size_t n = size_t(rows_) * size_t(cols_);
     logp_.reset(new float[n]);
     if (!backward_) {
@@ -202,8 +212,7 @@ class Run final : public PeerRun {
       const float* lse = data_of<float>(arg(drawn, "max_log_sum_exp"));
       for (int64_t r = 0; r < rows_; ++r)
         for (int64_t j = 0; j < cols_; ++j)
-          logp_[size_t(r * cols_ + j)] =
-              float(load_element(c.dtype, logits.bytes.data(), r * cols_ + j)) - lse[r];
+          logp_[size_t(r * cols_ + j)] = float(load_element(c.dtype, logits.bytes.data(), r * cols_ + j)) - lse[r];
       prob_.reset(new float[n]);
       dx_.resize(n * dtype_size(c.dtype));
       base_.grad = data_of<float>(arg(drawn, "grad_losses"));

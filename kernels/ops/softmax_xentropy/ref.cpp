@@ -72,7 +72,7 @@ void describe(CaseDesc& c, const Shape& s, const Params&) {
     c.set("max_log_sum_exp", {rows}, {}, true);  // derived: the forward's lse of these logits
     c.set("labels", {rows}, labels, true);
     c.set("grad_logits", {rows, cols});
-    c.reduce_len = 1;  // lse is given: every gradient element is elementwise in the inputs
+    c.reduce_len = 1;                           // lse is given: every gradient element is elementwise in the inputs
     c.bytes = 2 * n * e + 16.0 * double(rows);  // logits in, gradient out; g, lse, labels
     c.flops = 5 * n;                            // sub, exp, sub, mul, the label select
   }

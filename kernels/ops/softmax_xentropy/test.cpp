@@ -41,7 +41,8 @@ struct Xent {
   std::vector<int64_t> labels;
   std::vector<float> loss, lse, dx;
 
-  Xent(int64_t n, int64_t c, float lo = -8.0f, float hi = 8.0f) : N(n), C(c), x(size_t(n * c)), g(size_t(n)), labels(size_t(n)) {
+  Xent(int64_t n, int64_t c, float lo = -8.0f, float hi = 8.0f)
+      : N(n), C(c), x(size_t(n * c)), g(size_t(n)), labels(size_t(n)) {
     std::mt19937_64 rng(kSeed);
     std::uniform_real_distribution<float> u(lo, hi), ug(-1.0f, 1.0f);
     for (float& v : x) v = u(rng);
@@ -121,7 +122,8 @@ struct Ref {
 // the gradient for a given saved lse (the backward's own input)
 std::vector<double> reference_dx(const float* x, int64_t C, int64_t y, double g, double s, double lse) {
   std::vector<double> dx;
-  for (int64_t c = 0; c < C; ++c) dx.push_back(g * (std::exp(double(x[c]) - lse) - (c == y ? 1 - s : 0.0) - s / double(C)));
+  for (int64_t c = 0; c < C; ++c)
+    dx.push_back(g * (std::exp(double(x[c]) - lse) - (c == y ? 1 - s : 0.0) - s / double(C)));
   return dx;
 }
 Ref reference(const float* x, int64_t C, int64_t y, double g, double s) {
@@ -149,7 +151,8 @@ TEST(SoftmaxXentropyEdge, OutOfRangeLabelNamesTheRowAndWritesNothing) {
   p.labels[17] = 1000;
   std::string err;
   EXPECT_NE(p.forward(0.1, 0, &err), 0);
-  EXPECT_NE(err.find("forward: labels[17] = 1000 is outside [0, 1000) and is not padding_idx 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("forward: labels[17] = 1000 is outside [0, 1000) and is not padding_idx 0"), std::string::npos)
+      << err;
   expect_one_line(err);
   for (int64_t r = 0; r < p.N; ++r) {
     EXPECT_TRUE(std::isnan(p.loss[size_t(r)])) << "losses[" << r << "] written despite the error";
@@ -164,7 +167,8 @@ TEST(SoftmaxXentropyEdge, OutOfRangeLabelNamesTheRowAndWritesNothing) {
   ASSERT_EQ(p.forward(0.0, -100), 0);
   p.labels[5] = 1000;
   EXPECT_NE(p.backward(0.0, -100, &err), 0);
-  EXPECT_NE(err.find("backward: labels[5] = 1000 is outside [0, 1000) and is not padding_idx -100"), std::string::npos) << err;
+  EXPECT_NE(err.find("backward: labels[5] = 1000 is outside [0, 1000) and is not padding_idx -100"), std::string::npos)
+      << err;
   expect_one_line(err);
   for (float v : p.dx) EXPECT_TRUE(std::isnan(v)) << "grad_logits written despite the error";
 }
@@ -194,7 +198,8 @@ TEST(SoftmaxXentropyEdge, PaddingRowsGiveZeroLossAndGradWithSmoothing) {
       }
       const Ref ref = reference(p.row(r), p.C, p.labels[size_t(r)], p.g[size_t(r)], 0.2);
       EXPECT_NEAR(p.loss[size_t(r)], ref.loss, 1e-5 * std::fabs(ref.loss) + 1e-6) << "row " << r;
-      for (int64_t c = 0; c < p.C; ++c) EXPECT_NEAR(p.dx[size_t(r * p.C + c)], ref.dx[size_t(c)], 1e-6) << r << " " << c;
+      for (int64_t c = 0; c < p.C; ++c)
+        EXPECT_NEAR(p.dx[size_t(r * p.C + c)], ref.dx[size_t(c)], 1e-6) << r << " " << c;
     }
   }
 }
@@ -235,9 +240,9 @@ TEST(SoftmaxXentropyEdge, OneClass) {
 TEST(SoftmaxXentropyEdge, HugeLogitsStayFinite) {
   Xent p(4, 64);
   for (int64_t c = 0; c < p.C; ++c) {
-    p.row(0)[c] = 1e30f;                                    // uniform at 1e30: loss log C
+    p.row(0)[c] = 1e30f;  // uniform at 1e30: loss log C
     p.row(1)[c] = c % 3 == 0 ? 1e30f : c % 3 == 1 ? -1e30f : 0.5f * float(c);
-    p.row(2)[c] = -1e30f + float(c) * 1e23f;                // near -1e30, distinct
+    p.row(2)[c] = -1e30f + float(c) * 1e23f;  // near -1e30, distinct
     p.row(3)[c] = c == 5 ? 1e30f : -1e30f;
   }
   p.labels = {7, 1, 63, 5};  // row 1: the label sits on a -1e30 logit
@@ -255,7 +260,8 @@ TEST(SoftmaxXentropyEdge, HugeLogitsStayFinite) {
     // limit of saving lse (apex's format), not of the kernel. Rows 2 and 3 have one max (S = 1).
     ASSERT_EQ(p.backward(s, -100), 0);
     for (int64_t r = 0; r < p.N; ++r) {
-      const std::vector<double> given = reference_dx(p.row(r), p.C, p.labels[size_t(r)], p.g[size_t(r)], s, p.lse[size_t(r)]);
+      const std::vector<double> given =
+          reference_dx(p.row(r), p.C, p.labels[size_t(r)], p.g[size_t(r)], s, p.lse[size_t(r)]);
       const Ref ref = reference(p.row(r), p.C, p.labels[size_t(r)], p.g[size_t(r)], s);
       for (int64_t c = 0; c < p.C; ++c) {
         const float got = p.dx[size_t(r * p.C + c)];
@@ -365,7 +371,8 @@ TEST(SoftmaxXentropyEdge, NanStaysInItsRow) {
     }
     EXPECT_EQ(std::memcmp(&clean.loss[size_t(r)], &dirty.loss[size_t(r)], 4), 0) << "row " << r;
     EXPECT_EQ(std::memcmp(&clean.lse[size_t(r)], &dirty.lse[size_t(r)], 4), 0) << "row " << r;
-    EXPECT_EQ(std::memcmp(&clean.dx[size_t(r * clean.C)], &dirty.dx[size_t(r * dirty.C)], size_t(clean.C) * 4), 0) << "row " << r;
+    EXPECT_EQ(std::memcmp(&clean.dx[size_t(r * clean.C)], &dirty.dx[size_t(r * dirty.C)], size_t(clean.C) * 4), 0)
+        << "row " << r;
   }
   // a NaN elsewhere in the row than the max is not dropped by the SIMD max: also in the tail
   Xent tail(2, 37);

@@ -48,9 +48,7 @@ struct Geometry {
   const int64_t* y_len;
   const int64_t* start;  // [B]: batch b's first x row
   // x row of cell (t, u) of batch b
-  int64_t row(int64_t b, int64_t t, int64_t u) const {
-    return start[b] + t * (packed ? y_len[b] + 1 : U1) + u;
-  }
+  int64_t row(int64_t b, int64_t t, int64_t u) const { return start[b] + t * (packed ? y_len[b] + 1 : U1) + u; }
 };
 struct Forward {
   Geometry g;
@@ -215,7 +213,8 @@ void BackwardT(const Backward& a) {
   int64_t packed_rows = 0;
   if (g.packed)
     for (int64_t b = 0; b < g.B; ++b) packed_rows += g.f_len[b] * (g.y_len[b] + 1);
-  const bool stream = (g.packed ? double(packed_rows) * double(V) * sizeof(S) : out_bytes) >= double(OPF_TUNE_STREAM_MIN_BYTES);
+  const bool stream =
+      (g.packed ? double(packed_rows) * double(V) * sizeof(S) : out_bytes) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const int64_t chunk = opf::cpu::rows_per_task(units, (a.fused ? 2.0 : 1.0) * double(g.U1) * double(V) * sizeof(S));
   const auto zero = hn::Zero(d);
   opf::cpu::parallel_rows(g.host, units, chunk, [&](int64_t r0, int64_t r1) {
@@ -235,7 +234,8 @@ void BackwardT(const Backward& a) {
       for (int64_t u = 0; u < nu; ++u) {
         S* out = dx + g.row(b, t, u) * g.V;
         if (t >= Tf || u > Uy) {  // padding: exact zeros
-          WriteRow(d, out, V, stream, [&](size_t) { return zero; }, [](size_t) { return 0.0f; });
+          WriteRow(
+              d, out, V, stream, [&](size_t) { return zero; }, [](size_t) { return 0.0f; });
           continue;
         }
         const S* xr = x + g.row(b, t, u) * g.V;
@@ -329,7 +329,8 @@ void check(const Args& args, int ix, int ilabel, int if_len, int iy_len, int iof
     for (int64_t u = 0; u < y_len[b]; ++u) {
       const int64_t y = label[b * (U1 - 1) + u];
       if (y < 0 || y >= V)
-        failf("%s: label[%lld, %lld] = %lld is outside [0, %lld)", e, (long long)b, (long long)u, (long long)y, (long long)V);
+        failf("%s: label[%lld, %lld] = %lld is outside [0, %lld)", e, (long long)b, (long long)u, (long long)y,
+              (long long)V);
     }
     c.start[size_t(b)] = packed ? total : b * T * U1;
     total += f_len[b] * (y_len[b] + 1);
@@ -377,9 +378,11 @@ void call(const opf_call* c, bool execute) {
     if (dx.dtype != x.dtype || dx.ndim != x.ndim || !std::equal(dx.shape, dx.shape + dx.ndim, x.shape))
       failf("backward: argument 8 (x_grad) must have x's dtype and shape");
     if (dx.data == nullptr && numel(dx) > 0) failf("backward: argument 8 (x_grad) has no data");
-    Backward a{g, static_cast<const float*>(expect_arg(args, 1, "loss_grad", OPF_F32, {g.B}).data),
+    Backward a{g,
+               static_cast<const float*>(expect_arg(args, 1, "loss_grad", OPF_F32, {g.B}).data),
                static_cast<const float*>(expect_arg(args, 2, "alpha", OPF_F32, {g.B, g.T, g.U1}).data),
-               static_cast<const float*>(expect_arg(args, 3, "beta", OPF_F32, {g.B, g.T, g.U1}).data), dx.data,
+               static_cast<const float*>(expect_arg(args, 3, "beta", OPF_F32, {g.B, g.T, g.U1}).data),
+               dx.data,
                args.flag(2, "fuse_softmax_backward")};
     a.g.start = k.start.data();
     a.dtype = g.dtype;

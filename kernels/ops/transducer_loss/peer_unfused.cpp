@@ -34,11 +34,11 @@ namespace opf::suites::peers::tloss_unfused {
 struct RowPass {
   int32_t dtype;
   int64_t r0, r1, V;
-  const void* x;     // T [rows, V]
-  float* prob;       // f32 [rows, V]
+  const void* x;       // T [rows, V]
+  float* prob;         // f32 [rows, V]
   const float* scale;  // per row: g * occ
-  float* dx32;       // f32 [rows, V]: the gradient before its cast
-  void* dx;          // T [rows, V]
+  float* dx32;         // f32 [rows, V]: the gradient before its cast
+  void* dx;            // T [rows, V]
 };
 }  // namespace opf::suites::peers::tloss_unfused
 #endif  // OPF_TLOSS_PEER_UNFUSED_COMMON
@@ -190,7 +190,8 @@ class Run final : public PeerRun {
       });
       per_batch([&](int64_t b) { occupancy(b); });
       per_rows([&](int64_t r0, int64_t r1) {
-        HWY_DYNAMIC_DISPATCH(ScaleRows)(RowPass{int32_t(dtype_), r0, r1, V_, x_, prob_.get(), occ_.data(), dx32_.data(), nullptr});
+        HWY_DYNAMIC_DISPATCH(ScaleRows)
+        (RowPass{int32_t(dtype_), r0, r1, V_, x_, prob_.get(), occ_.data(), dx32_.data(), nullptr});
       });
     } else {
       per_rows([&](int64_t r0, int64_t r1) {
@@ -201,7 +202,8 @@ class Run final : public PeerRun {
     per_batch([&](int64_t b) { scatter(b, true); });
     if (dtype_ != DType::f32)
       per_rows([&](int64_t r0, int64_t r1) {
-        HWY_DYNAMIC_DISPATCH(CastRows)(RowPass{int32_t(dtype_), r0, r1, V_, x_, nullptr, nullptr, dx32_.data(), dx_.data()});
+        HWY_DYNAMIC_DISPATCH(CastRows)
+        (RowPass{int32_t(dtype_), r0, r1, V_, x_, nullptr, nullptr, dx32_.data(), dx_.data()});
       });
   }
 
@@ -221,7 +223,9 @@ class Run final : public PeerRun {
   }
 
  private:
-  int64_t row(int64_t b, int64_t t, int64_t u) const { return start_[size_t(b)] + t * (packed_ ? y_len_[b] + 1 : U1_) + u; }
+  int64_t row(int64_t b, int64_t t, int64_t u) const {
+    return start_[size_t(b)] + t * (packed_ ? y_len_[b] + 1 : U1_) + u;
+  }
   float lp(int64_t r, int64_t v) const { return float(load_element(dtype_, x_, r * V_ + v)); }
   int64_t y(int64_t b, int64_t u) const { return label_[b * (U1_ - 1) + u]; }
   size_t cell(int64_t b, int64_t t, int64_t u) const { return size_t((b * T_ + t) * U1_ + u); }
@@ -240,8 +244,9 @@ class Run final : public PeerRun {
         if (t == 0 && u == 0) a = 0;
         else if (t == 0) a = alpha_[cell(b, t, u - 1)] + lp_label_[cell(b, t, u - 1)];
         else if (u == 0) a = alpha_[cell(b, t - 1, u)] + lp_blank_[cell(b, t - 1, u)];
-        else a = log_add_exp(alpha_[cell(b, t - 1, u)] + lp_blank_[cell(b, t - 1, u)],
-                             alpha_[cell(b, t, u - 1)] + lp_label_[cell(b, t, u - 1)]);
+        else
+          a = log_add_exp(alpha_[cell(b, t - 1, u)] + lp_blank_[cell(b, t - 1, u)],
+                          alpha_[cell(b, t, u - 1)] + lp_label_[cell(b, t, u - 1)]);
       }
   }
   void beta(int64_t b) {
@@ -252,8 +257,9 @@ class Run final : public PeerRun {
         if (t == Tf - 1 && u == Uy) be = lp_blank_[cell(b, t, u)];
         else if (t == Tf - 1) be = beta_[cell(b, t, u + 1)] + lp_label_[cell(b, t, u)];
         else if (u == Uy) be = beta_[cell(b, t + 1, u)] + lp_blank_[cell(b, t, u)];
-        else be = log_add_exp(beta_[cell(b, t + 1, u)] + lp_blank_[cell(b, t, u)],
-                              beta_[cell(b, t, u + 1)] + lp_label_[cell(b, t, u)]);
+        else
+          be = log_add_exp(beta_[cell(b, t + 1, u)] + lp_blank_[cell(b, t, u)],
+                           beta_[cell(b, t, u + 1)] + lp_label_[cell(b, t, u)]);
       }
     loss_[size_t(b)] = -beta_[cell(b, 0, 0)];
   }
@@ -290,9 +296,9 @@ class Run final : public PeerRun {
         // fused: g (occ p - edge) cancels; computed as g (exp(at + bc) - exp(at + next)) through
         // expm1, as the kernel does (a label equal to blank: both edges subtracted plainly)
         if (fused_ && std::isfinite(at) && std::isfinite(bc) && std::isfinite(next) && !(u < Uy && y(b, u) == blank_))
-          d = g * (bc >= next ? -(std::exp(at + bc) * std::expm1(next - bc)) : std::exp(at + next) * std::expm1(bc - next));
-        else
-          d -= g * std::exp(at + next);
+          d = g *
+              (bc >= next ? -(std::exp(at + bc) * std::expm1(next - bc)) : std::exp(at + next) * std::expm1(bc - next));
+        else d -= g * std::exp(at + next);
       }
   }
 

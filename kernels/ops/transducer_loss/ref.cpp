@@ -117,8 +117,8 @@ double logaddexp(double a, double b) {
 // One batch's view of the inputs.
 struct Batch {
   int64_t Tf, Uy, V, blank;
-  const double* x;    // row (t, u) at x + row(t, u) * V
-  int64_t row_t;      // row stride of t (U1 unpacked, Uy + 1 packed)
+  const double* x;  // row (t, u) at x + row(t, u) * V
+  int64_t row_t;    // row stride of t (U1 unpacked, Uy + 1 packed)
   const double* label;
   double lp(int64_t t, int64_t u, int64_t v) const { return x[(t * row_t + u) * V + v]; }
   int64_t y(int64_t u) const { return int64_t(label[u]); }

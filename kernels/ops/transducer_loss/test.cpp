@@ -45,8 +45,15 @@ struct Problem {
   std::vector<float> alpha, beta, loss, dx;
 
   Problem(int64_t b, int64_t t, int64_t u1, int64_t v, uint64_t seed = kSeed)
-      : B(b), T(t), U1(u1), V(v), x(size_t(b * t * u1 * v)), g(size_t(b)), label(size_t(b * (u1 - 1))),
-        f_len(size_t(b), t), y_len(size_t(b), u1 - 1) {
+      : B(b),
+        T(t),
+        U1(u1),
+        V(v),
+        x(size_t(b * t * u1 * v)),
+        g(size_t(b)),
+        label(size_t(b * (u1 - 1))),
+        f_len(size_t(b), t),
+        y_len(size_t(b), u1 - 1) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-3.0, 3.0), ug(0.25, 2.0);
     for (int64_t r = 0; r < b * t * u1; ++r) {
@@ -379,7 +386,7 @@ TEST(TransducerLossEdge, PackedEqualsPaddedAtAnyThreadCount) {
 TEST(TransducerLossEdge, NanStaysInItsBatch) {
   Problem p(3, 4, 3, 6);
   p.lp(1, 2, 1, p.blank) = NAN;
-  p.lp(2, 3, 2, 5) = NAN;  // batch 2: not an edge (label or blank) of its lattice
+  p.lp(2, 3, 2, 5) = NAN;        // batch 2: not an edge (label or blank) of its lattice
   p.lp(0, 3, 0, p.blank) = NAN;  // batch 0: a blank of the last frame that leaves the lattice
   for (int64_t& y : p.label) y = y == 5 ? 4 : y;
   ASSERT_EQ(p.forward({}), 0);
@@ -454,7 +461,8 @@ TEST(TransducerLossEdge, BadInputNamesTheArgumentAndWritesNothing) {
                "forward: batch_offset[1] = 12 is below batch_offset[0] = 24 (it must be non-decreasing)");
   expect_error(p, {.packed = true, .edit_offsets = [](std::vector<int64_t>& o) { o[1] += 1; }},
                "forward: batch_offset[1] = 25, expected 24");
-  expect_error(p, {.packed = true, .x_rows_delta = -1}, "forward: argument 0 (x) has 35 rows, expected batch_offset[B-1] = 36");
+  expect_error(p, {.packed = true, .x_rows_delta = -1},
+               "forward: argument 0 (x) has 35 rows, expected batch_offset[B-1] = 36");
   expect_error(p, {.edit_offsets = [](std::vector<int64_t>& o) { o.assign(3, 0); }},
                "forward: argument 4 (batch_offset) has size 3 in dim 0, expected 0");
   // backward checks the same way, and writes nothing

@@ -5,10 +5,10 @@
 // adapter owns (it overwrites inouts), and wrapped with at::from_blob: the timed run() copies
 // nothing that PyTorch eager would not copy. Outputs and temporaries are what the eager ops
 // allocate at each call (functional ATen ops, as Python calls them), from a cache of freed
-// blocks (caching_allocator.h: without it page faults, not torch, would be measured). Threads: ATen's intra-op pool at the
-// benchmark's thread count (at::set_num_threads). A case torch has no CPU kernel for (1.13: no
-// f16 layer_norm or softmax) is found by running the adapter once on a tiny case and reported
-// as unsupported with torch's own message, never as a failure.
+// blocks (caching_allocator.h: without it page faults, not torch, would be measured). Threads: ATen's intra-op pool at
+// the benchmark's thread count (at::set_num_threads). A case torch has no CPU kernel for (1.13: no f16 layer_norm or
+// softmax) is found by running the adapter once on a tiny case and reported as unsupported with torch's own message,
+// never as a failure.
 #pragma once
 
 #include <ATen/Parallel.h>
