@@ -141,7 +141,15 @@ int run_op(const Options& o) {
         HostTensor& t = h.elems[k];
         if (!t.bytes.empty()) dev.to_host(t.bytes.data(), ptrs[i][k], t.bytes.size());
         names.push_back(output_name(h, k));
-        npy::write(out.staged(names.back()), to_npy(h, t));
+        try {
+          npy::write(out.staged(names.back()), to_npy(h, t));
+        } catch (const Error& e) {
+          // the user knows DIR/NAME.npy, not the staging directory it is written in first
+          std::string why = e.what();
+          if (const std::string staged = out.staged(names.back()) + ": "; why.starts_with(staged))
+            why = why.substr(staged.size());
+          throw Error(out.target(names.back()) + ": not written, nothing in " + out.dir() + " changed: " + why);
+        }
       }
     }
     out.commit(names);

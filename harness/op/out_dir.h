@@ -21,6 +21,7 @@ class OutputDir {
   void check_free(const std::string& name, const std::string& arg) const;
   std::string staged(const std::string& name) const;  // temp-dir path to write `name` to
   std::string target(const std::string& name) const;  // DIR/name
+  const std::string& dir() const { return dir_; }     // DIR
   // Moves the staged files into DIR (renaming the temp dir itself when DIR does not exist).
   void commit(const std::vector<std::string>& names);
 
