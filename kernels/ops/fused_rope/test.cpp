@@ -837,6 +837,55 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
   EXPECT_TRUE(fs::exists(out + "/out.npy"));
 }
 
+// 2-D: t [1, 6, 2, 8] with 2- and 3-row tables; an image that does not cover the sequence dim, a
+// t with d not divisible by 4, and a table shorter than img_h fail with one line naming the cause.
+TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
+  const char* exe = std::getenv("OPFORGE_EXE");
+  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  TempDir t, io;
+  const std::string D = t.path;
+  Buf x = random_buf(DType::f32, 6 * 2 * 8, -1, 1, 81), tab = random_buf(DType::f32, 3 * 4, -1, 1, 82);
+  write_npy(D + "/t.npy", "<f4", {1, 6, 2, 8}, x.data(), x.bytes());
+  write_npy(D + "/t6.npy", "<f4", {1, 8, 2, 6}, x.data(), 1 * 8 * 2 * 6 * 4);
+  write_npy(D + "/h.npy", "<f4", {1, 2, 1, 4}, tab.data(), 2 * 4 * 4);
+  write_npy(D + "/w.npy", "<f4", {1, 3, 1, 4}, tab.data(), 3 * 4 * 4);
+  write_npy(D + "/h3.npy", "<f4", {1, 2, 1, 3}, tab.data(), 2 * 3 * 4);
+  write_npy(D + "/w3.npy", "<f4", {1, 4, 1, 3}, tab.data(), 4 * 3 * 4);
+  auto call = [&](const std::string& tf, const std::string& hf, const std::string& wf,
+                  std::vector<std::string> extra) {
+    std::vector<std::string> v = {"--entry", "forward_2d_f32", "--dtype", "f32", "--in", "t=" + D + "/" + tf,
+                                  "--in", "cos_h=" + D + "/" + hf, "--in", "sin_h=" + D + "/" + hf,
+                                  "--in", "cos_w=" + D + "/" + wf, "--in", "sin_w=" + D + "/" + wf,
+                                  "--out", D + "/out"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  struct BadCase {
+    const char* what;
+    std::vector<std::string> args;
+    const char* names;
+  };
+  const std::vector<BadCase> cases = {
+      {"image 2 x 2 for 6 tokens", call("t.npy", "h.npy", "w.npy", {"--param", "img_w=2"}), "img_h x img_w"},
+      {"d = 6", call("t6.npy", "h3.npy", "w3.npy", {}), "argument 0 (t) has d = 6"},
+      {"img_h past cos_h", call("t.npy", "h.npy", "w.npy", {"--param", "img_h=3", "--param", "img_w=2"}),
+       "argument 1 (cos_h) has 2 rows"},
+  };
+  const auto before = listing(D);
+  for (const BadCase& bc : cases) {
+    SCOPED_TRACE(bc.what);
+    const CliResult r = opforge_op(exe, io.path, bc.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
+    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
+  }
+  const CliResult ok = opforge_op(exe, io.path, call("t.npy", "h.npy", "w.npy", {}));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(D + "/out/out.npy"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
