@@ -4,7 +4,8 @@
 // calls; pass-through columns are copied exactly (d2 = 0 included); NaN reaches exactly the
 // element and its rotary partner; large angles; backward is forward's transpose; bad cu_seqlens
 // and other bad arguments fail with one line through the C++ API and `opforge op`, writing
-// nothing. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
+// nothing. 2-D (image) entries: the reference with tables longer than the image, views, each half
+// equal to the 1-D cached rotation of its axis, NaN reach, bad image sizes / d / tables. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
 // loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
