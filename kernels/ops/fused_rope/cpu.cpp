@@ -8,6 +8,9 @@
 // first (sequences reuse positions). The pass over t: each row of d is read once
 // (dense rows straight from t, rows of a strided view gathered into f32 first), rotated in f32 into
 // an L1 scratch row and written once from there (streaming stores for outputs beyond the cache).
+// 2-D entries: t [b, s, h, d] as the [b, s, h] row grid; each row is two rotate-half rows of d / 2
+// (image row's cos_h/sin_h, then column's cos_w/sin_w), from f32 copies of the image's table rows
+// (a few KiB, made before the pass).
 // Tasks: thd table rows in blocks of 64 positions, t rows in blocks of ~256 KiB of traffic, both fixed
 // by the shape alone. Every element's value is one fixed f32 expression (no cross-lane work, and the
 // scalar tail repeats the vector formula), so the bits do not depend on thread count or target.
@@ -52,6 +55,8 @@ struct Rope {
   const int32_t* cu;       // thd: cu_seqlens [nseq + 1], validated; null for sbhd
   int64_t nseq;
   int64_t positions;       // table rows: s, or the longest thd sequence
+  int64_t img_h, img_w;    // 2-D entries (img_w > 0): the image; cos/sin are then null
+  const void* tab[4];      // 2-D: cos_h, sin_h, cos_w, sin_w, [rows >= image side, d / 2] dense
 };
 }  // namespace opf::fused_rope_cpu
 #endif  // OPF_FUSED_ROPE_CPU_COMMON
@@ -142,6 +147,55 @@ HWY_INLINE void Rotate(const Src* HWY_RESTRICT buf, const float* HWY_RESTRICT c,
 // cs/sn: the whole table (thd), or null (sbhd): the rows of a position are consecutive, so each
 // task computes a position's cos/sin when it reaches it, while its loads stream in (a position cut
 // by a task boundary is computed twice, to the same bits).
+// 2-D: rows [r0, r1) of the [b, s, h] grid; tab: f32 cos_h, sin_h [img_h, q], cos_w, sin_w [img_w, q].
+template <class S, bool kBackward>
+HWY_NOINLINE void Rows2d(const Rope& a, const float* const* tab, bool stream, int64_t r0, int64_t r1) {
+  const DF df;
+  const size_t N = hn::Lanes(df), d = size_t(a.d), q = d / 2;
+  auto scratch = hwy::AllocateAligned<float>(2 * d + 2 * N);
+  float* buf = scratch.get();
+  float* res = buf + d + N;
+  const int64_t bc = a.B * a.C;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t ia = r / bc, ib = (r % bc) / a.C, ic = r % a.C;
+    const int64_t y = ib / a.img_w, x = ib % a.img_w;
+    const float *ch = tab[0] + y * int64_t(q), *sh = tab[1] + y * int64_t(q);
+    const float *cw = tab[2] + x * int64_t(q), *sw = tab[3] + x * int64_t(q);
+    const S* src = static_cast<const S*>(a.in) + ia * a.is[0] + ib * a.is[1] + ic * a.is[2];
+    if (a.is[3] == 1) {
+      Rotate<kBackward>(src, ch, sh, res, q, q);
+      Rotate<kBackward>(src + q, cw, sw, res + q, q, q);
+    } else {
+      for (size_t j = 0; j < d; ++j) buf[j] = to_f32(src[int64_t(j) * a.is[3]]);
+      Rotate<kBackward>(static_cast<const float*>(buf), ch, sh, res, q, q);
+      Rotate<kBackward>(static_cast<const float*>(buf + q), cw, sw, res + q, q, q);
+    }
+    S* dst = static_cast<S*>(a.out) + ia * a.os[0] + ib * a.os[1] + ic * a.os[2];
+    if (a.os[3] == 1) {
+      WriteRow(
+          df, dst, d, stream, [&](size_t j) { return hn::LoadU(df, res + j); }, [&](size_t j) { return res[j]; });
+    } else {
+      for (size_t j = 0; j < d; ++j) dst[int64_t(j) * a.os[3]] = from_f32<S>(res[j]);
+    }
+  }
+  if (stream) hwy::FlushStream();
+}
+
+// The image's rows of the four 2-D tables as f32 (T values widened, f32 ones as given).
+template <class S>
+void Tables2d(const Rope& a, float* out[4]) {
+  const int64_t q = a.d / 2;
+  for (int k = 0; k < 4; ++k) {
+    const int64_t n = (k < 2 ? a.img_h : a.img_w) * q;
+    if (a.cos_f32) {
+      std::memcpy(out[k], a.tab[k], size_t(n) * sizeof(float));
+    } else {
+      const S* src = static_cast<const S*>(a.tab[k]);
+      for (int64_t i = 0; i < n; ++i) out[k][i] = to_f32(src[i]);
+    }
+  }
+}
+
 template <class S, bool kBackward>
 HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool stream, int64_t r0, int64_t r1) {
   const DF df;
@@ -187,6 +241,23 @@ HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool str
 }
 
 template <class S>
+void Rope2dT(const Rope& a) {
+  const int64_t q = a.d / 2;
+  auto table = hwy::AllocateAligned<float>(size_t(2 * (a.img_h + a.img_w) * q + 1));
+  float* tab[4] = {table.get(), table.get() + a.img_h * q, table.get() + 2 * a.img_h * q,
+                   table.get() + (2 * a.img_h + a.img_w) * q};
+  Tables2d<S>(a, tab);
+  const float* const* t = tab;
+  const int64_t rows = a.A * a.B * a.C;
+  const bool stream = a.os[3] == 1 && double(rows) * double(a.d) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
+  const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(a.d) * sizeof(S));
+  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    if (a.backward) Rows2d<S, true>(a, t, stream, r0, r1);
+    else Rows2d<S, false>(a, t, stream, r0, r1);
+  });
+}
+
+template <class S>
 void RopeT(const Rope& a) {
   // thd: a table of the positions up to the longest sequence, shared by all sequences
   const int64_t P = a.cu ? a.positions : 0, d2 = a.d2;
@@ -217,6 +288,13 @@ OPF_ROPE_ENTRY(RunBackwardCachedF32, "backward_cached_f32")
 OPF_ROPE_ENTRY(RunForwardThd, "forward_thd")
 OPF_ROPE_ENTRY(RunBackwardThd, "backward_thd")
 #undef OPF_ROPE_ENTRY
+#define OPF_ROPE_2D_ENTRY(fn, name) \
+  void fn(const Rope& a) { opf::cpu::run_storage<name>(a.dtype, [&](auto s) { Rope2dT<decltype(s)>(a); }); }
+OPF_ROPE_2D_ENTRY(RunForward2d, "forward_2d")
+OPF_ROPE_2D_ENTRY(RunBackward2d, "backward_2d")
+OPF_ROPE_2D_ENTRY(RunForward2dF32, "forward_2d_f32")
+OPF_ROPE_2D_ENTRY(RunBackward2dF32, "backward_2d_f32")
+#undef OPF_ROPE_2D_ENTRY
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace opf::fused_rope_cpu::HWY_NAMESPACE
@@ -232,6 +310,10 @@ HWY_EXPORT(RunForwardCachedF32);
 HWY_EXPORT(RunBackwardCachedF32);
 HWY_EXPORT(RunForwardThd);
 HWY_EXPORT(RunBackwardThd);
+HWY_EXPORT(RunForward2d);
+HWY_EXPORT(RunBackward2d);
+HWY_EXPORT(RunForward2dF32);
+HWY_EXPORT(RunBackward2dF32);
 HWY_EXPORT(TargetName);
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
@@ -327,19 +409,90 @@ int64_t expect_cu_seqlens(const Args& args, int i, int64_t total, int64_t& nseq,
   return longest;
 }
 
+// cos_h / sin_h / cos_w / sin_w (arguments 1 .. 4): [1, rows, 1, q] of dtype, dense; returns rows.
+int64_t expect_table_2d(const Args& args, int i, const char* name, int32_t dtype, int64_t q) {
+  const opf_tensor& f = args.tensor(i, name);
+  if (f.ndim != 4)
+    failf("%s: argument %d (%s) has %d dims, expected 4 ([1, rows, 1, d / 2])", args.entry(), i, name, f.ndim);
+  expect_shape(args, f, i, name, dtype, {1, f.shape[1], 1, q});
+  return f.shape[1];
+}
+
+// The 2-D entries: t [b, s, h, d], four tables, out; params img_h, img_w.
+void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
+  const char* in_name = backward ? "grad_out" : "t";
+  const char* out_name = backward ? "grad_t" : "out";
+  const Args args(c, 6, 2);
+  const opf_tensor& t = args.tensor(0, in_name, /*view=*/true);
+  if (t.ndim != 4 || !is_float_storage(t.dtype))
+    failf("%s: argument 0 (%s) must be a 4-D f32/f16/bf16 tensor [b, img_h * img_w, h, d]", args.entry(), in_name);
+  if (t.data == nullptr && numel(t) > 0) failf("%s: argument 0 (%s) has no data", args.entry(), in_name);
+  const int64_t d = t.shape[3];
+  if (d % 4 != 0)
+    failf("%s: argument 0 (%s) has d = %lld; the 2-D variant needs d divisible by 4 (two halves of d / 2, "
+          "each rotated half against half)",
+          args.entry(), in_name, (long long)d);
+  const int32_t table_dtype = cos_f32 ? int32_t(OPF_F32) : t.dtype;
+  static const char* const names[4] = {"cos_h", "sin_h", "cos_w", "sin_w"};
+  int64_t rows[4];
+  for (int k = 0; k < 4; ++k) rows[k] = expect_table_2d(args, k + 1, names[k], table_dtype, d / 2);
+  for (int k : {1, 3})
+    if (rows[k] != rows[k - 1])
+      failf("%s: argument %d (%s) has %lld rows, expected %lld as %s", args.entry(), k + 1, names[k],
+            (long long)rows[k], (long long)rows[k - 1], names[k - 1]);
+  const int64_t ph = args.i64(0, "img_h"), pw = args.i64(1, "img_w");
+  if (ph < 0 || pw < 0) failf("%s: params img_h (%lld) and img_w (%lld) must be >= 0", args.entry(), (long long)ph, (long long)pw);
+  const int64_t img_h = ph ? ph : rows[0], img_w = pw ? pw : rows[2];
+  if (img_h > rows[0])
+    failf("%s: argument 1 (cos_h) has %lld rows, fewer than the image's img_h = %lld", args.entry(), (long long)rows[0],
+          (long long)img_h);
+  if (img_w > rows[2])
+    failf("%s: argument 3 (cos_w) has %lld rows, fewer than the image's img_w = %lld", args.entry(), (long long)rows[2],
+          (long long)img_w);
+  if (img_h * img_w != t.shape[1])
+    failf("%s: param img_h x img_w = %lld x %lld = %lld (0 = the table's rows) does not match argument 0 (%s)'s "
+          "sequence dim %lld",
+          args.entry(), (long long)img_h, (long long)img_w, (long long)(img_h * img_w), in_name,
+          (long long)t.shape[1]);
+  const opf_tensor& o = args.tensor(5, out_name, /*view=*/true);
+  expect_out(args, t, o, 5, out_name);
+  if (!execute || numel(t) == 0) return;
+  Rope a{};
+  a.host = c->host;
+  a.dtype = t.dtype;
+  a.backward = backward;
+  a.in = t.data;
+  a.out = o.data;
+  a.A = t.shape[0], a.B = t.shape[1], a.C = t.shape[2], a.d = d, a.d2 = d;
+  for (int k = 0; k < 4; ++k) a.is[k] = t.strides[k], a.os[k] = o.strides[k];
+  a.cos_f32 = cos_f32;
+  a.img_h = img_h, a.img_w = img_w;
+  for (int k = 0; k < 4; ++k) a.tab[k] = args.tensor(k + 1, names[k]).data;
+  if (backward) {
+    if (cos_f32) HWY_DYNAMIC_DISPATCH(RunBackward2dF32)(a);
+    else HWY_DYNAMIC_DISPATCH(RunBackward2d)(a);
+  } else {
+    if (cos_f32) HWY_DYNAMIC_DISPATCH(RunForward2dF32)(a);
+    else HWY_DYNAMIC_DISPATCH(RunForward2d)(a);
+  }
+}
+
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
+  if (entry == "forward_2d" || entry == "backward_2d" || entry == "forward_2d_f32" || entry == "backward_2d_f32")
+    return call_2d(c, execute, entry.starts_with("backward"), entry.ends_with("_f32"));
   const bool backward = entry.starts_with("backward"), cos_f32 = entry.ends_with("_cached_f32"),
              cached = cos_f32 || entry.ends_with("_cached"), thd = entry.ends_with("_thd");
   if (!(entry == "forward" || entry == "backward" || entry == "forward_cached" || entry == "backward_cached" ||
         entry == "forward_cached_f32" || entry == "backward_cached_f32" || entry == "forward_thd" ||
         entry == "backward_thd"))
     failf("unknown entry '%.40s' (fused_rope has forward, backward, forward_cached, backward_cached, "
-          "forward_cached_f32, backward_cached_f32, forward_thd, backward_thd)",
+          "forward_cached_f32, backward_cached_f32, forward_thd, backward_thd, forward_2d, backward_2d, "
+          "forward_2d_f32, backward_2d_f32)",
           c->entry ? c->entry : "");
   const char* in_name = backward ? "grad_out" : "t";
   const char* out_name = backward ? "grad_t" : "out";
-  const Args args(c, cached || thd ? 4 : 3, 0);
+  const Args args(c, cached || thd ? 4 : 3, 2);  // img_h, img_w: the 2-D entries' params
   const opf_tensor& t = args.tensor(0, in_name, /*view=*/true);
   const int nd = thd ? 3 : 4;
   if (t.ndim != nd || !is_float_storage(t.dtype))

@@ -10,7 +10,10 @@
 // 16-bit intermediates would move fewer bytes but round at every step); the result rounded to T.
 // Per-element expressions match the fused op's (a*c + (-b)*s == a*c - b*s exactly), so the
 // comparison measures the fusion. Packed thd: eager has no packed form (a Python loop over
-// sequences), so the thd entries are not run here.
+// sequences), so the thd entries are not run here. 2-D (image) entries: eager's
+//   t1, t2 = t.chunk(2, -1); out = cat(rope(t1, cos_h[y], sin_h[y]), rope(t2, cos_w[x], sin_w[x]))
+// as the same six passes over each half (row stride d, width d / 2), each half's result written
+// straight into its columns of out (eager's final cat, one more copy pass, is left out).
 // Threads: the PeerCase's count; rows split statically, one block per thread.
 #ifndef OPF_ROPE_PEER_UNFUSED_COMMON
 #define OPF_ROPE_PEER_UNFUSED_COMMON
@@ -33,6 +36,9 @@ namespace opf::suites::peers::rope_unfused {
 struct Pass {
   int32_t dtype;
   int64_t r0, r1, bh, d, d2;
+  int64_t ld;         // row stride of in/out (d, or the 2-D entries' full head dim)
+  int64_t s, img_w;   // 2-D (img_w > 0): token k = (r / bh) % s at image row k / img_w, column k % img_w
+  int axis;           // 2-D: 0 = table row by image row (cos_h), 1 = by column (cos_w)
   const void* in;     // t or grad_out [R, d], T
   const float* cs;    // [s, d2], T values
   const float* sn;
@@ -60,14 +66,21 @@ using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 using DF = hn::ScalableTag<float>;
 
+// Row r's table row: its position (sbhd), or its image row / column (2-D).
+HWY_INLINE int64_t TableRowOf(const Pass& p, int64_t r) {
+  if (p.img_w == 0) return r / p.bh;
+  const int64_t k = (r / p.bh) % p.s;
+  return p.axis == 0 ? k / p.img_w : k % p.img_w;
+}
+
 // dst[r] = in[r, :d2] * tab[pos(r)]   (tab: cos or sin)
 template <class S>
 void MulTableT(const Pass& p, const float* tab, float* dst) {
   const DF d;
   const size_t N = hn::Lanes(d), w = size_t(p.d2);
   for (int64_t r = p.r0; r < p.r1; ++r) {
-    const S* x = static_cast<const S*>(p.in) + r * p.d;
-    const float* c = tab + (r / p.bh) * p.d2;
+    const S* x = static_cast<const S*>(p.in) + r * p.ld;
+    const float* c = tab + TableRowOf(p, r) * p.d2;
     float* y = dst + r * p.d2;
     size_t j = 0;
     for (; j + N <= w; j += N) hn::StoreU(hn::Mul(LoadWiden(d, x + j), hn::LoadU(d, c + j)), d, y + j);
@@ -98,7 +111,7 @@ HWY_INLINE void NegRows(const Pass& p, const S* src, int64_t len, int64_t off) {
 }
 template <class S>
 void NegHiT(const Pass& p) {  // forward: -x2
-  NegRows<S>(p, static_cast<const S*>(p.in), p.d, p.d2 / 2);
+  NegRows<S>(p, static_cast<const S*>(p.in), p.ld, p.d2 / 2);
 }
 void NegLo(const Pass& p) {  // backward: -g1 of g = in_rot * sin
   NegRows<float>(p, p.b, p.d2, 0);
@@ -123,7 +136,7 @@ HWY_INLINE void CatHalves(const Pass& p, const S1* first, int64_t len1, int64_t 
 }
 template <class S>
 void CatFwdT(const Pass& p) {  // cat(-x2, x1)
-  CatHalves<float, S>(p, p.neg, p.d2 / 2, 0, static_cast<const S*>(p.in), p.d, 0);
+  CatHalves<float, S>(p, p.neg, p.d2 / 2, 0, static_cast<const S*>(p.in), p.ld, 0);
 }
 void CatBwd(const Pass& p) {  // cat(g2, -g1)
   CatHalves<float, float>(p, p.b, p.d2, p.d2 / 2, p.neg, p.d2 / 2, 0);
@@ -134,7 +147,7 @@ void MulRotSin(const Pass& p) {
   const DF d;
   const size_t N = hn::Lanes(d), w = size_t(p.d2);
   for (int64_t r = p.r0; r < p.r1; ++r) {
-    const float *x = p.rot + r * p.d2, *c = p.sn + (r / p.bh) * p.d2;
+    const float *x = p.rot + r * p.d2, *c = p.sn + TableRowOf(p, r) * p.d2;
     float* y = p.b + r * p.d2;
     size_t j = 0;
     for (; j + N <= w; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), hn::LoadU(d, c + j)), d, y + j);
@@ -162,8 +175,8 @@ void CatOutT(const Pass& p) {
   const size_t N = hn::Lanes(d), w = size_t(p.d2), dd = size_t(p.d);
   for (int64_t r = p.r0; r < p.r1; ++r) {
     const float* x = p.sum + r * p.d2;
-    const S* t = static_cast<const S*>(p.in) + r * p.d;
-    S* y = static_cast<S*>(p.out) + r * p.d;
+    const S* t = static_cast<const S*>(p.in) + r * p.ld;
+    S* y = static_cast<S*>(p.out) + r * p.ld;
     size_t j = 0;
     for (; j + N <= w; j += N) StoreRound(d, hn::LoadU(d, x + j), y + j);
     for (; j < w; ++j) y[j] = from_f32<S>(x[j]);
@@ -202,6 +215,7 @@ std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 5) return "fused_rope shapes are [s, b, h, d, d2]";
   if (c.entry.ends_with("_thd")) return "eager has no packed thd form (a Python loop over sequences)";
   if (c.dtype != DType::f32 && c.dtype != DType::f16 && c.dtype != DType::bf16) return "f32, f16 and bf16 only";
+  if (c.entry.find("_2d") != std::string_view::npos && c.shape[3] % 4 != 0) return "2-D entries need d divisible by 4";
   return {};
 }
 
@@ -215,6 +229,26 @@ float round_to(DType t, float v) {
   if (t == DType::f16) return f16_to_f32(f32_to_f16(v));
   if (t == DType::bf16) return bf16_to_f32(f32_to_bf16(v));
   return v;
+}
+
+// The six passes of one rotate-half over the rows of p (width p.d2; CatOut copies the pass-through columns).
+template <class F>
+void rope_passes(bool backward, F&& rows) {
+  if (!backward) {
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulCos)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(NegHi)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatFwd)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulRotSin)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(AddFwd)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatOut)(p); });
+  } else {
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulCos)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulSin)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(NegLo)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatBwd)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(AddBwd)(p); });
+    rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatOut)(p); });
+  }
 }
 
 class Run final : public PeerRun {
@@ -241,7 +275,7 @@ class Run final : public PeerRun {
     rot_.reset(new float[rd2]);
     sum_.reset(new float[rd2]);
     out_.resize(size_t(rows_ * d_) * dtype_size(dtype_));
-    base_ = Pass{int32_t(dtype_), 0, 0, c.shape[1] * c.shape[2], d_, d2_,
+    base_ = Pass{int32_t(dtype_), 0, 0, c.shape[1] * c.shape[2], d_, d2_, d_, 0, 0, 0,
                  arg(drawn, backward_ ? "grad_out" : "t").bytes.data(), cs_.data(), sn_.data(), a_.get(), b_.get(),
                  neg_.get(), rot_.get(), sum_.get(), out_.data()};
   }
@@ -252,21 +286,7 @@ class Run final : public PeerRun {
         cs_[k] = round_to(dtype_, std::cos(freqs_[k]));
         sn_[k] = round_to(dtype_, std::sin(freqs_[k]));
       }
-    if (!backward_) {
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulCos)(p); });     // t_rot * cos_
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(NegHi)(p); });      // -x2
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatFwd)(p); });     // cat(-x2, x1)
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulRotSin)(p); });  // rot * sin_
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(AddFwd)(p); });     // +
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatOut)(p); });     // cat(., t_pass)
-    } else {
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulCos)(p); });  // dy_rot * cos_
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(MulSin)(p); });  // g = dy_rot * sin_
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(NegLo)(p); });   // -g1
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatBwd)(p); });  // cat(g2, -g1)
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(AddBwd)(p); });  // +
-      rows([](const Pass& p) { HWY_DYNAMIC_DISPATCH(CatOut)(p); });  // cat(., dy_pass)
-    }
+    rope_passes(backward_, [&](auto f) { rows(f); });
   }
 
   bool output(std::string_view name, std::vector<double>& out) const override {
@@ -300,7 +320,80 @@ class Run final : public PeerRun {
   std::vector<std::byte> out_;
 };
 
-std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { return std::make_unique<Run>(c, drawn); }
+// 2-D entries: t [b, s, h, d] (dense, as drawn); each half of d is a rotate-half of q = d / 2
+// columns at row stride d, with cos_h/sin_h by image row, then cos_w/sin_w by column.
+class Run2d final : public PeerRun {
+ public:
+  Run2d(const PeerCase& c, const DrawnCase& drawn)
+      : backward_(c.entry.starts_with("backward")), threads_(std::max(1, c.threads)), host_(host_threads(threads_)),
+        dtype_(c.dtype) {
+    const HostArg& t = arg(drawn, backward_ ? "grad_out" : "t");
+    const Shape& sh = t.desc->shape;  // [b, s, h, d]
+    rows_ = sh[0] * sh[1] * sh[2];
+    d_ = sh[3];
+    const int64_t q = d_ / 2, pw = int64_t(drawn.params.get("img_w"));
+    static const char* const names[4] = {"cos_h", "sin_h", "cos_w", "sin_w"};
+    for (int k = 0; k < 4; ++k) {  // eager's tables are tensors used as given
+      const HostArg& a = arg(drawn, names[k]);
+      tab_[k].resize(size_t(a.desc->shape[1] * q));
+      for (size_t i = 0; i < tab_[k].size(); ++i)
+        tab_[k][i] = float(load_element(a.desc->dtype, a.bytes.data(), int64_t(i)));
+    }
+    const int64_t img_w = pw ? pw : arg(drawn, "cos_w").desc->shape[1];
+    const size_t rq = size_t(rows_ * q);
+    a_.reset(new float[rq]);
+    b_.reset(new float[rq]);
+    neg_.reset(new float[rq / 2 + 1]);
+    rot_.reset(new float[rq]);
+    sum_.reset(new float[rq]);
+    out_.resize(size_t(rows_ * d_) * dtype_size(dtype_));
+    base_ = Pass{int32_t(dtype_), 0, 0, sh[2], q, q, d_, sh[1], img_w, 0, t.bytes.data(), nullptr, nullptr,
+                 a_.get(), b_.get(), neg_.get(), rot_.get(), sum_.get(), out_.data()};
+  }
+
+  void run() override {
+    const size_t half_bytes = size_t(d_ / 2) * dtype_size(dtype_);
+    for (int axis = 0; axis < 2; ++axis) {  // t1 with the h tables, then t2 with the w tables
+      Pass p = base_;
+      p.axis = axis;
+      p.cs = tab_[2 * axis].data();
+      p.sn = tab_[2 * axis + 1].data();
+      p.in = static_cast<const std::byte*>(p.in) + axis * half_bytes;
+      p.out = static_cast<std::byte*>(p.out) + axis * half_bytes;
+      rope_passes(backward_, [&](auto f) {
+        opf::cpu::parallel_for(host_, threads_, [&](int64_t th) {
+          Pass part = p;
+          part.r0 = rows_ * th / threads_;
+          part.r1 = rows_ * (th + 1) / threads_;
+          f(part);
+        });
+      });
+    }
+  }
+
+  bool output(std::string_view name, std::vector<double>& out) const override {
+    if (name != (backward_ ? "grad_t" : "out")) return false;
+    out.resize(size_t(rows_ * d_));
+    for (int64_t i = 0; i < rows_ * d_; ++i) out[size_t(i)] = load_element(dtype_, out_.data(), i);
+    return true;
+  }
+
+ private:
+  bool backward_;
+  int threads_;
+  const opf_host* host_;
+  DType dtype_;
+  int64_t rows_ = 0, d_ = 0;
+  Pass base_{};
+  std::vector<float> tab_[4];
+  std::unique_ptr<float[]> a_, b_, neg_, rot_, sum_;
+  std::vector<std::byte> out_;
+};
+
+std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) {
+  if (c.entry.find("_2d") != std::string_view::npos) return std::make_unique<Run2d>(c, drawn);
+  return std::make_unique<Run>(c, drawn);
+}
 
 }  // namespace
 

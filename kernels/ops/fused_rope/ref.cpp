@@ -24,7 +24,22 @@
 //   that do not overlap. The sweep uses dense tensors; test.cpp covers the views.
 //   Non-finite values: a NaN in t_i reaches out_i and, inside the rotary part, its partner out_{i+-H};
 //   a NaN in a freq reaches its column and the partner column of every row at that position.
-//   No params.
+//   *_2d (apex fused_apply_rotary_pos_emb_2d / forward_2d, backward_2d): t [b, s, h, d] ("bshd"),
+//     any strides, d divisible by 4, q = d / 2, Q = q / 2; s = img_h * img_w, token k at image
+//     row y = k / img_w and column x = k % img_w. cos_h, sin_h [1, H, 1, q] and cos_w, sin_w
+//     [1, W, 1, q], dense, all four of one dtype: T (*_2d) or f32 (*_2d_f32, any T); used as
+//     stored, f32 values unrounded (as *_cached_f32). H >= img_h, W >= img_w: rows past the image
+//     are not read (apex's tables may be longer than the image). Each row of d is two rotate-half
+//     rows of q: columns [0, q) by the formulas above with H -> Q and (c, s) = row y of cos_h /
+//     sin_h; columns [q, d) likewise with row x of cos_w / sin_w. No pass-through columns.
+//     Params img_h, img_w (i64, the only params; other entries ignore them): the image size; 0
+//     takes the table's rows (H, W). img_h * img_w != s, an image larger than its table, d not
+//     divisible by 4, or tables of another shape or dtype are errors naming the argument or param
+//     (apex truncates d / 2 for odd d and leaves out's last column unwritten; refused here).
+//     Case shape [s, b, h, d, -] (the op's shapes; d2 unused): t [b, s, h, d]; with both params
+//     0 the image is the most square factorization img_h x img_w of s (img_w the largest divisor
+//     <= sqrt(s)), tables exactly the image; a param the sweep sets overrides its side (and s
+//     becomes img_h * img_w), and that table gets 3 rows more than the image.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,8 +58,72 @@ int64_t seq_len(int64_t s, int64_t k) { return k == 0 ? s : 1 + (k * 7 + s / 3) 
 bool is_thd(std::string_view entry) { return entry.ends_with("_thd"); }
 bool is_cached(std::string_view entry) { return entry.find("_cached") != std::string_view::npos; }
 bool is_backward(std::string_view entry) { return entry.starts_with("backward"); }
+bool is_2d(std::string_view entry) { return entry.find("_2d") != std::string_view::npos; }
 
-void describe(CaseDesc& c, const Shape& sh, const Params&) {
+// 2-D cases: t [b, s, h, d] with s = img_h * img_w; tables [1, rows, 1, d / 2].
+void describe_2d(CaseDesc& c, const Shape& sh, const Params& p) {
+  if (sh.size() != 5 || sh[3] % 4 != 0) {
+    c.unsupported = "the 2-D fused_rope entries need d divisible by 4 (two halves, each rotated half against half)";
+    return;
+  }
+  const int64_t b = sh[1], h = sh[2], d = sh[3], ph = int64_t(p.get("img_h")), pw = int64_t(p.get("img_w"));
+  int64_t img_w = 1;
+  for (int64_t k = 1; k * k <= sh[0]; ++k)
+    if (sh[0] % k == 0) img_w = k;
+  int64_t img_h = sh[0] / img_w;
+  if (ph) img_h = ph;
+  if (pw) img_w = pw;
+  const int64_t rows_h = img_h + (ph ? 3 : 0), rows_w = img_w + (pw ? 3 : 0), s = img_h * img_w;
+  const bool bwd = is_backward(c.entry);
+  const Fill values{Fill::uniform, -1.0, 1.0};
+  c.set(bwd ? "grad_out" : "t", {b, s, h, d}, values);
+  for (const char* n : {"cos_h", "sin_h"}) c.set(n, {1, rows_h, 1, d / 2}, values);
+  for (const char* n : {"cos_w", "sin_w"}) c.set(n, {1, rows_w, 1, d / 2}, values);
+  c.set(bwd ? "grad_t" : "out", {b, s, h, d});
+  const double n = double(b * s) * double(h) * double(d);
+  c.bytes = 2 * n * double(dtype_size(c.dtype)) +
+            double(2 * (img_h + img_w) * (d / 2)) * double(dtype_size(c.arg("cos_h").dtype));
+  c.flops = 3 * n;
+  c.reduce_len = 1;
+}
+
+// One rotate-half row of w columns (half = w / 2) from x into y with cos c and sin sv.
+void rotate_half(bool bwd, const double* x, const double* c, const double* sv, int64_t w, double* y) {
+  const int64_t half = w / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double lo = x[i], hi = x[i + half];
+    if (bwd) {
+      y[i] = lo * c[i] + hi * sv[i + half];
+      y[i + half] = hi * c[i + half] - lo * sv[i];
+    } else {
+      y[i] = lo * c[i] - hi * sv[i];
+      y[i + half] = hi * c[i + half] + lo * sv[i + half];
+    }
+  }
+}
+
+void reference_2d(std::string_view entry, std::vector<RefArg>& a, const Params& p) {
+  const bool bwd = is_backward(entry);
+  const auto& in = ref_arg(a, bwd ? "grad_out" : "t");
+  auto& out = ref_arg(a, bwd ? "grad_t" : "out").v;
+  const auto& ch = ref_arg(a, "cos_h");
+  const auto& shv = ref_arg(a, "sin_h").v;
+  const auto& cw = ref_arg(a, "cos_w");
+  const auto& swv = ref_arg(a, "sin_w").v;
+  const int64_t s = in.desc->shape[1], h = in.desc->shape[2], d = in.desc->shape[3], q = d / 2;
+  const int64_t img_w = p.get("img_w") != 0 ? int64_t(p.get("img_w")) : cw.desc->shape[1];
+  const size_t rows = in.v.size() / size_t(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t k = int64_t(r / size_t(h)) % s, y = k / img_w, x = k % img_w;
+    const double* src = in.v.data() + r * size_t(d);
+    double* dst = out.data() + r * size_t(d);
+    rotate_half(bwd, src, ch.v.data() + y * q, shv.data() + y * q, q, dst);
+    rotate_half(bwd, src + q, cw.v.data() + x * q, swv.data() + x * q, q, dst + q);
+  }
+}
+
+void describe(CaseDesc& c, const Shape& sh, const Params& p) {
+  if (is_2d(c.entry)) return describe_2d(c, sh, p);
   if (sh.size() != 5 || sh[4] % 2 != 0 || sh[4] > sh[3]) {
     c.unsupported = "fused_rope shapes are [s, b, h, d, d2] with d2 even and d2 <= d";
     return;
@@ -95,7 +174,8 @@ double round_to(DType t, double v) {
   }
 }
 
-void reference(std::string_view entry, std::vector<RefArg>& a, const Params&) {
+void reference(std::string_view entry, std::vector<RefArg>& a, const Params& p) {
+  if (is_2d(entry)) return reference_2d(entry, a, p);
   const bool bwd = is_backward(entry);
   const auto& in = ref_arg(a, bwd ? "grad_out" : "t");
   auto& out = ref_arg(a, bwd ? "grad_t" : "out").v;

@@ -4,7 +4,8 @@
 // calls; pass-through columns are copied exactly (d2 = 0 included); NaN reaches exactly the
 // element and its rotary partner; large angles; backward is forward's transpose; bad cu_seqlens
 // and other bad arguments fail with one line through the C++ API and `opforge op`, writing
-// nothing. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
+// nothing. 2-D (image) entries: the reference with tables longer than the image, views, each half
+// equal to the 1-D cached rotation of its axis, NaN reach, bad image sizes / d / tables. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
 // loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
@@ -492,6 +493,248 @@ TEST(FusedRopeBad, OtherArgumentsFailWithAOneLineReason) {
   EXPECT_NE(std::string(msg).find("unknown entry 'sideways'"), std::string::npos) << msg;
 }
 
+// ---------------------------------------------------------------- 2-D (image)
+// Runs a 2-D entry with params img_h, img_w; "" on success, else the error's one line.
+std::string run_2d(const char* entry, const std::vector<Arg>& args, int64_t img_h, int64_t img_w, int threads = 0) {
+  try {
+    opf::CallBuilder call(op(), entry);
+    call.threads(threads);
+    call.param("img_h", double(img_h)).param("img_w", double(img_w));
+    for (const Arg& a : args) call.add(a.name, a.buf->data(), a.buf->t, a.shape, a.strides);
+    call.run(module());
+  } catch (const opf::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// t [b, s, h, d] (dense) with tables [rows, d / 2]: out checked at every element against the
+// float64 rotate-half of each half (row y = k / img_w of cos_h/sin_h, column x = k % img_w of
+// cos_w/sin_w), the tables as stored (T or f32).
+void expect_2d_matches_reference(bool bwd, const Buf& t, const Buf* tab[4], const Buf& out, int64_t b, int64_t s,
+                                 int64_t h, int64_t d, int64_t img_w) {
+  const int64_t q = d / 2;
+  std::vector<double> x(static_cast<size_t>(d)), y(x), mag(x), c(static_cast<size_t>(d)), sn(c);
+  for (int64_t r = 0; r < b * s * h; ++r) {
+    const int64_t k = (r / h) % s, rows[2] = {k / img_w, k % img_w};
+    for (int half = 0; half < 2; ++half)
+      for (int64_t i = 0; i < q; ++i) {
+        c[size_t(half * q + i)] = tab[2 * half]->get(size_t(rows[half] * q + i));
+        sn[size_t(half * q + i)] = tab[2 * half + 1]->get(size_t(rows[half] * q + i));
+      }
+    for (int64_t j = 0; j < d; ++j) x[size_t(j)] = t.get(size_t(r * d + j));
+    ref_row(bwd, x.data(), c.data(), sn.data(), q, q, y.data(), mag.data());
+    ref_row(bwd, x.data() + q, c.data() + q, sn.data() + q, q, q, y.data() + q, mag.data() + q);
+    for (int64_t j = 0; j < d; ++j)
+      ASSERT_NEAR(out.get(size_t(r * d + j)), y[size_t(j)], tol(out.t) * mag[size_t(j)] + 1e-30)
+          << "row " << r << " (token " << k << ") col " << j;
+  }
+}
+
+// Tables longer than the image (apex: H >= img_h, W >= img_w), in T and in f32, every dtype, a
+// 9-column quarter (d = 36): the reference at every element; a transposed sbhd-memory t and a
+// strided out give the dense bits; the same image with exact tables and params 0 gives them too.
+TEST(FusedRope2d, MatchesTheReferenceWithLongTablesAndViews) {
+  std::printf("seed %llu\n", (unsigned long long)kSeed);
+  const int64_t B = 2, IH = 3, IW = 5, S = IH * IW, H = 3, D = 36, Q = D / 2, RH = IH + 2, RW = IW + 4;
+  const size_t n = size_t(B * S * H * D);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const char* entry : {"forward_2d", "backward_2d", "forward_2d_f32", "backward_2d_f32"}) {
+      SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + entry);
+      const bool bwd = entry[0] == 'b', f32tab = std::string(entry).ends_with("_f32");
+      const char* in = bwd ? "grad_out" : "t";
+      const char* outn = bwd ? "grad_t" : "out";
+      const DType tt = f32tab ? DType::f32 : dt;
+      Buf t = random_buf(dt, n, -1, 1, 31);
+      Buf ch = random_buf(tt, size_t(RH * Q), -1, 1, 32), sh = random_buf(tt, size_t(RH * Q), -1, 1, 33);
+      Buf cw = random_buf(tt, size_t(RW * Q), -1, 1, 34), sw = random_buf(tt, size_t(RW * Q), -1, 1, 35);
+      const Buf* tab[4] = {&ch, &sh, &cw, &sw};
+      const Shape shape{B, S, H, D};
+      auto tables = [&](int64_t rh, int64_t rw) {
+        return std::vector<Arg>{{"cos_h", &ch, {1, rh, 1, Q}}, {"sin_h", &sh, {1, rh, 1, Q}},
+                                {"cos_w", &cw, {1, rw, 1, Q}}, {"sin_w", &sw, {1, rw, 1, Q}}};
+      };
+      auto args = [&](Arg x, Arg o, int64_t rh, int64_t rw) {
+        std::vector<Arg> v{x};
+        for (const Arg& a : tables(rh, rw)) v.push_back(a);
+        v.push_back(o);
+        return v;
+      };
+      Buf want(dt, n);
+      ASSERT_EQ(run_2d(entry, args({in, &t, shape}, {outn, &want, shape}, RH, RW), IH, IW), "");
+      expect_2d_matches_reference(bwd, t, tab, want, B, S, H, D, IW);
+
+      // exact tables, params 0: the image is the tables' rows
+      Buf exact(dt, n);
+      ASSERT_EQ(run_2d(entry, args({in, &t, shape}, {outn, &exact, shape}, IH, IW), 0, 0), "");
+      EXPECT_TRUE(same_bits(exact, want)) << "params 0 with exact tables";
+
+      // t in [s, b, h, d] memory seen as bshd; out with a last-dim stride of 2
+      Buf sbhd(dt, n), wide(dt, 2 * n, 5.0f);
+      for (int64_t bb = 0; bb < B; ++bb)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t k = 0; k < H * D; ++k)
+            sbhd.set(size_t((s * B + bb) * H * D + k), t.get(size_t((bb * S + s) * H * D + k)));
+      const Shape view{H * D, B * H * D, D, 1}, strided{S * H * 2 * D, H * 2 * D, 2 * D, 2};
+      ASSERT_EQ(run_2d(entry, args({in, &sbhd, shape, view}, {outn, &wide, shape, strided}, RH, RW), IH, IW, 3), "");
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(wide.get(2 * i), want.get(i)) << i;
+        ASSERT_EQ(wide.get(2 * i + 1), 5.0f) << "a gap of the output view was written at " << 2 * i + 1;
+      }
+    }
+}
+
+// Each half of a 2-D call is the 1-D cached rotation of that half with the row's (or column's)
+// cos/sin as the position's: forward_cached / backward_cached on t[..., :q] and t[..., q:] (sbhd
+// views of the bshd halves) give the same bits. One token (1 x 1 image, d = 4) and a 17 x 1 image.
+TEST(FusedRope2d, EachHalfIsTheCachedRotationOfItsAxis) {
+  struct Geo {
+    int64_t b, ih, iw, h, d;
+  };
+  for (const Geo g : {Geo{1, 1, 1, 1, 4}, Geo{2, 17, 1, 2, 64}, Geo{3, 4, 6, 2, 40}})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const char* entry : {"forward_2d", "backward_2d"}) {
+        SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + entry + " " + std::to_string(g.ih) + "x" +
+                     std::to_string(g.iw) + " d " + std::to_string(g.d));
+        const bool bwd = entry[0] == 'b';
+        const int64_t S = g.ih * g.iw, Q = g.d / 2, n = g.b * S * g.h * g.d;
+        Buf t = random_buf(dt, size_t(n), -1, 1, 41);
+        Buf ch = random_buf(dt, size_t(g.ih * Q), -1, 1, 42), sh = random_buf(dt, size_t(g.ih * Q), -1, 1, 43);
+        Buf cw = random_buf(dt, size_t(g.iw * Q), -1, 1, 44), sw = random_buf(dt, size_t(g.iw * Q), -1, 1, 45);
+        const Shape shape{g.b, S, g.h, g.d};
+        Buf got(dt, size_t(n));
+        ASSERT_EQ(run_2d(entry,
+                         {{bwd ? "grad_out" : "t", &t, shape}, {"cos_h", &ch, {1, g.ih, 1, Q}},
+                          {"sin_h", &sh, {1, g.ih, 1, Q}}, {"cos_w", &cw, {1, g.iw, 1, Q}},
+                          {"sin_w", &sw, {1, g.iw, 1, Q}}, {bwd ? "grad_t" : "out", &got, shape}},
+                         0, 0),
+                  "");
+        Buf want(dt, size_t(n));
+        for (int half = 0; half < 2; ++half) {
+          const Buf& c = half ? cw : ch;
+          const Buf& sv = half ? sw : sh;
+          Buf cs(dt, size_t(S * Q)), sn(dt, size_t(S * Q));  // per token: its row's / column's values
+          for (int64_t k = 0; k < S; ++k)
+            for (int64_t i = 0; i < Q; ++i) {
+              const int64_t row = half ? k % g.iw : k / g.iw;
+              cs.set(size_t(k * Q + i), c.get(size_t(row * Q + i)));
+              sn.set(size_t(k * Q + i), sv.get(size_t(row * Q + i)));
+            }
+          // the half as an sbhd view [S, b, h, Q] of the bshd buffer
+          const Shape hs{S, g.b, g.h, Q}, hv{g.h * g.d, S * g.h * g.d, g.d, 1};
+          Buf tv = t;  // views start at the half's first column: shift the data instead of the pointer
+          Buf wv(dt, size_t(n));
+          if (half)
+            for (int64_t i = 0; i + Q < n; ++i) tv.set(size_t(i), t.get(size_t(i + Q)));
+          const char* cached = bwd ? "backward_cached" : "forward_cached";
+          ASSERT_EQ(run(cached, {{bwd ? "grad_out" : "t", &tv, hs, hv}, {"cos", &cs, {S, 1, 1, Q}},
+                                 {"sin", &sn, {S, 1, 1, Q}}, {bwd ? "grad_t" : "out", &wv, hs, hv}}),
+                    "");
+          for (int64_t r = 0; r < g.b * S * g.h; ++r)
+            for (int64_t i = 0; i < Q; ++i) want.set(size_t(r * g.d + half * Q + i), wv.get(size_t(r * g.d + i)));
+        }
+        EXPECT_TRUE(same_bits(got, want));
+      }
+}
+
+// A NaN in t reaches its element and its partner within the same half only.
+TEST(FusedRope2d, NanStaysInItsHalfAndPartner) {
+  const int64_t B = 1, IH = 2, IW = 3, S = IH * IW, H = 2, D = 16, Q = D / 2, n = B * S * H * D;
+  for (const char* entry : {"forward_2d", "backward_2d"})
+    for (int64_t col : {int64_t(1), Q - 1, Q + 2, D - 1}) {
+      SCOPED_TRACE(std::string(entry) + " col " + std::to_string(col));
+      Buf t = random_buf(DType::f32, size_t(n), -1, 1, 51);
+      Buf tab = random_buf(DType::f32, size_t(IW * Q), -1, 1, 52);
+      const int64_t row = 7;  // token 3 (image row 1, column 0), head 1
+      t.set(size_t(row * D + col), std::nan(""));
+      Buf out(DType::f32, size_t(n));
+      const bool bwd = entry[0] == 'b';
+      ASSERT_EQ(run_2d(entry,
+                       {{bwd ? "grad_out" : "t", &t, {B, S, H, D}}, {"cos_h", &tab, {1, IH, 1, Q}},
+                        {"sin_h", &tab, {1, IH, 1, Q}}, {"cos_w", &tab, {1, IW, 1, Q}}, {"sin_w", &tab, {1, IW, 1, Q}},
+                        {bwd ? "grad_t" : "out", &out, {B, S, H, D}}},
+                       IH, IW),
+                "");
+      const int64_t base = col < Q ? 0 : Q, partner = base + (col - base + Q / 2) % Q;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool hit = i == row * D + col || i == row * D + partner;
+        ASSERT_EQ(std::isnan(out.get(size_t(i))), hit) << "element " << i;
+      }
+    }
+}
+
+// Bad 2-D arguments: one line naming the argument or param; nothing written.
+TEST(FusedRope2d, BadArgumentsFailWithAOneLineReason) {
+  const int64_t B = 2, S = 6, H = 2, D = 8, Q = D / 2, n = B * S * H * D;
+  Buf t = random_buf(DType::f32, size_t(n), -1, 1, 61), tab = random_buf(DType::f32, size_t(8 * D), -1, 1, 62);
+  Buf tab16(DType::f16, size_t(8 * D), 0.5f), out(DType::f32, size_t(n));
+  const Shape shape{B, S, H, D};
+  auto args = [&](const char* in, Shape ts, Shape hs, Shape ws, Buf* cos_h = nullptr, Shape sin_h = {}) {
+    return std::vector<Arg>{{in, &t, ts},
+                            {"cos_h", cos_h ? cos_h : &tab, hs},
+                            {"sin_h", &tab, sin_h.empty() ? hs : sin_h},
+                            {"cos_w", &tab, ws},
+                            {"sin_w", &tab, ws},
+                            {in[0] == 'g' ? "grad_t" : "out", &out, ts}};
+  };
+  struct Case {
+    const char* entry;
+    std::vector<Arg> args;
+    int64_t ih, iw;
+    const char* text;
+  };
+  const std::vector<Case> cases = {
+      {"forward_2d", args("t", shape, {1, 2, 1, Q}, {1, 4, 1, Q}), 2, 4,
+       "forward_2d: param img_h x img_w = 2 x 4 = 8 (0 = the table's rows) does not match argument 0 (t)'s sequence "
+       "dim 6"},
+      {"backward_2d", args("grad_out", shape, {1, 2, 1, Q}, {1, 2, 1, Q}), 0, 0,
+       "backward_2d: param img_h x img_w = 2 x 2 = 4 (0 = the table's rows) does not match argument 0 (grad_out)'s "
+       "sequence dim 6"},
+      {"forward_2d", args("t", {B, S, H, 6}, {1, 2, 1, 3}, {1, 3, 1, 3}), 2, 3,
+       "forward_2d: argument 0 (t) has d = 6; the 2-D variant needs d divisible by 4"},
+      {"forward_2d", args("t", {B, S, H, 7}, {1, 2, 1, 3}, {1, 3, 1, 3}), 2, 3,
+       "forward_2d: argument 0 (t) has d = 7; the 2-D variant needs d divisible by 4"},
+      {"forward_2d", args("t", shape, {1, 2, 1, D}, {1, 3, 1, Q}), 2, 3,
+       "forward_2d: argument 1 (cos_h) has size 8 in dim 3, expected 4"},
+      {"forward_2d", args("t", shape, {2, 1, 1, Q}, {1, 3, 1, Q}), 2, 3,
+       "forward_2d: argument 1 (cos_h) has size 2 in dim 0, expected 1"},
+      {"forward_2d", args("t", shape, {1, 2, Q}, {1, 3, 1, Q}), 2, 3,
+       "forward_2d: argument 1 (cos_h) has 3 dims, expected 4 ([1, rows, 1, d / 2])"},
+      {"forward_2d", args("t", shape, {1, 2, 1, Q}, {1, 3, 2, Q}), 2, 3,
+       "forward_2d: argument 3 (cos_w) has size 2 in dim 2, expected 1"},
+      {"forward_2d", args("t", shape, {1, 3, 1, Q}, {1, 3, 1, Q}, nullptr, {1, 2, 1, Q}), 2, 3,
+       "forward_2d: argument 2 (sin_h) has 2 rows, expected 3 as cos_h"},
+      {"forward_2d", args("t", shape, {1, 1, 1, Q}, {1, 6, 1, Q}), 2, 3,
+       "forward_2d: argument 1 (cos_h) has 1 rows, fewer than the image's img_h = 2"},
+      {"forward_2d", args("t", shape, {1, 2, 1, Q}, {1, 3, 1, Q}, &tab16), 2, 3,
+       "forward_2d: argument 1 (cos_h) has dtype f16, expected f32"},
+      {"forward_2d_f32", args("t", shape, {1, 2, 1, Q}, {1, 3, 1, Q}, &tab16), 2, 3,
+       "forward_2d_f32: argument 1 (cos_h) has dtype f16, expected f32"},
+      {"forward_2d", args("t", shape, {1, 2, 1, Q}, {1, 3, 1, Q}), -1, 3, "img_h"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    for (size_t i = 0; i < out.size(); ++i) out.set(i, kPoison);
+    const std::string err = run_2d(c.entry, c.args, c.ih, c.iw);
+    EXPECT_NE(err.find(c.text), std::string::npos) << err;
+    expect_one_line(err);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << "output written despite the error";
+  }
+}
+
+// Empty batch or heads: nothing to do, no error, nothing written.
+TEST(FusedRope2d, EmptyTensors) {
+  Buf t(DType::f32, 1, 1.0f), tab = random_buf(DType::f32, 16, -1, 1, 71), out(DType::f32, 1, 3.0f);
+  for (const Shape& shape : {Shape{0, 6, 2, 8}, Shape{2, 6, 0, 8}}) {
+    EXPECT_EQ(run_2d("forward_2d",
+                     {{"t", &t, shape}, {"cos_h", &tab, {1, 2, 1, 4}}, {"sin_h", &tab, {1, 2, 1, 4}},
+                      {"cos_w", &tab, {1, 3, 1, 4}}, {"sin_w", &tab, {1, 3, 1, 4}}, {"out", &out, shape}},
+                     0, 0),
+              "");
+    EXPECT_EQ(out.get(0), 3.0f);
+  }
+}
+
 // ---------------------------------------------------------------- opforge op
 struct TempDir {
   std::string path;
@@ -593,6 +836,55 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
   const CliResult ok = opforge_op(exe, io.path, with(thd, {"--in", "cu_seqlens=" + D + "/cu.npy", "--out", out}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/out.npy"));
+}
+
+// 2-D: t [1, 6, 2, 8] with 2- and 3-row tables; an image that does not cover the sequence dim, a
+// t with d not divisible by 4, and a table shorter than img_h fail with one line naming the cause.
+TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
+  const char* exe = std::getenv("OPFORGE_EXE");
+  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  TempDir t, io;
+  const std::string D = t.path;
+  Buf x = random_buf(DType::f32, 6 * 2 * 8, -1, 1, 81), tab = random_buf(DType::f32, 3 * 4, -1, 1, 82);
+  write_npy(D + "/t.npy", "<f4", {1, 6, 2, 8}, x.data(), x.bytes());
+  write_npy(D + "/t6.npy", "<f4", {1, 8, 2, 6}, x.data(), 1 * 8 * 2 * 6 * 4);
+  write_npy(D + "/h.npy", "<f4", {1, 2, 1, 4}, tab.data(), 2 * 4 * 4);
+  write_npy(D + "/w.npy", "<f4", {1, 3, 1, 4}, tab.data(), 3 * 4 * 4);
+  write_npy(D + "/h3.npy", "<f4", {1, 2, 1, 3}, tab.data(), 2 * 3 * 4);
+  write_npy(D + "/w3.npy", "<f4", {1, 4, 1, 3}, tab.data(), 4 * 3 * 4);
+  auto call = [&](const std::string& tf, const std::string& hf, const std::string& wf,
+                  std::vector<std::string> extra) {
+    std::vector<std::string> v = {"--entry", "forward_2d_f32", "--dtype", "f32", "--in", "t=" + D + "/" + tf,
+                                  "--in", "cos_h=" + D + "/" + hf, "--in", "sin_h=" + D + "/" + hf,
+                                  "--in", "cos_w=" + D + "/" + wf, "--in", "sin_w=" + D + "/" + wf,
+                                  "--out", D + "/out"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  struct BadCase {
+    const char* what;
+    std::vector<std::string> args;
+    const char* names;
+  };
+  const std::vector<BadCase> cases = {
+      {"image 2 x 2 for 6 tokens", call("t.npy", "h.npy", "w.npy", {"--param", "img_w=2"}), "img_h x img_w"},
+      {"d = 6", call("t6.npy", "h3.npy", "w3.npy", {}), "argument 0 (t) has d = 6"},
+      {"img_h past cos_h", call("t.npy", "h.npy", "w.npy", {"--param", "img_h=3", "--param", "img_w=2"}),
+       "argument 1 (cos_h) has 2 rows"},
+  };
+  const auto before = listing(D);
+  for (const BadCase& bc : cases) {
+    SCOPED_TRACE(bc.what);
+    const CliResult r = opforge_op(exe, io.path, bc.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
+    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
+  }
+  const CliResult ok = opforge_op(exe, io.path, call("t.npy", "h.npy", "w.npy", {}));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(D + "/out/out.npy"));
 }
 
 }  // namespace
