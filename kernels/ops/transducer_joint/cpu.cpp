@@ -15,6 +15,10 @@
 // Dropout reads the caller's u8 keep mask in the same pass, at the positions of the valid h /
 // grad_h elements (1 byte beside each 2- or 4-byte element): a multiply by 0 or scale per element;
 // without dropout the mask is not touched and the code is the same as before (no multiply by 1).
+// dropout_mask: tasks are blocks of (b, t) rows as in the forward; every element's bit comes from
+// its own Philox counter (the packed element number), so neither the split nor the layout
+// changes a bit. Scalar: the mask is a 1-byte stream, Philox's ten rounds per 4 elements cost
+// about as much as writing them.
 // First line of the TU on purpose, as every op's: the JIT recognises it and compiles with the
 // precompiled header built with the same option (the kernels here only add, so it changes no bits).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -30,6 +34,7 @@
 #define OPF_TRANSDUCER_JOINT_CPU_COMMON
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -347,11 +352,59 @@ const uint8_t* expect_mask(const Args& args, int i, double p, const Layout& l, i
   return p > 0 ? static_cast<const uint8_t*>(data) : nullptr;
 }
 
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011): the 4 words of counter {block, 0}, key `key`.
+struct PhiloxBlock {
+  uint32_t w[4];
+};
+inline PhiloxBlock philox(uint64_t block, uint64_t key) {
+  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t a = uint64_t(0xD2511F53u) * c0, b = uint64_t(0xCD9E8D57u) * c2;
+    const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ k0, n2 = uint32_t(a >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(b);
+    c3 = uint32_t(a);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;  // Weyl key schedule
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// The keep mask of the contract: element n (packed numbering) kept when its Philox word is below
+// keep = (1 - p) 2^32; unpacked don't-care rows 0.
+void generate_mask(const opf_host* host, const Layout& l, uint64_t seed, double keep, uint8_t* mask) {
+  std::vector<int64_t> base(size_t(l.nb), 0);  // packed first row of b, also when h is unpacked
+  for (int64_t b = 1; b < l.nb; ++b) base[size_t(b)] = base[size_t(b - 1)] + int64_t(l.f_len[b - 1]) * l.g_len[b - 1];
+  const int64_t rows = l.nb * l.nt, nh = l.nh;
+  const int64_t chunk = rows_per_task(rows, double(l.nu) * double(nh));
+  parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
+      if (l.packed && t >= lf) continue;
+      uint8_t* out = mask + (l.batch_row(b) + t * l.row_stride_t(b)) * nh;
+      if (t >= lf) {
+        std::memset(out, 0, size_t(l.nu * nh));
+        continue;
+      }
+      const uint64_t n0 = uint64_t((base[size_t(b)] + t * lg) * nh), len = uint64_t(lg * nh);
+      PhiloxBlock blk = philox(n0 / 4, seed);
+      for (uint64_t i = 0; i < len; ++i) {
+        const uint64_t n = n0 + i;
+        if (n % 4 == 0) blk = philox(n / 4, seed);
+        out[i] = double(blk.w[n % 4]) < keep ? 1 : 0;
+      }
+      if (!l.packed && lg < l.nu) std::memset(out + lg * nh, 0, size_t((l.nu - lg) * nh));
+    }
+  });
+}
+
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   int64_t rows = 0;
   if (entry == "forward") {
-    const Args args(c, 7, 3);
+    const Args args(c, 7, 4);
     const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
     double p = 0;
     const float scale = dropout_scale(args, 2, p);
@@ -363,7 +416,7 @@ void call(const opf_call* c, bool execute) {
     HWY_DYNAMIC_DISPATCH(RunForward)(
         Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, mask, scale, h});
   } else if (entry == "backward") {
-    const Args args(c, 9, 3);
+    const Args args(c, 9, 4);
     const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
     double p = 0;
     const float scale = dropout_scale(args, 2, p);
@@ -376,8 +429,21 @@ void call(const opf_call* c, bool execute) {
     if (!execute || l.nb * l.nh == 0) return;
     HWY_DYNAMIC_DISPATCH(RunBackward)(
         Backward{c->host, f.dtype, l, relu, mask, scale, dh, f.data, args.tensor(2, "g").data, df, dg});
+  } else if (entry == "dropout_mask") {
+    const Args args(c, 6, 4);
+    const bool packed = args.flag(1, "packed");
+    double p = 0;
+    dropout_scale(args, 2, p);
+    const int64_t seed = args.i64(3, "seed");
+    const Layout l = check_inputs(args, 0, 2, packed, rows);
+    const opf_tensor& f = args.tensor(0, "f");
+    void* mask = expect_joint(args, 5, "mask", OPF_U8, l, rows).data;
+    if (!execute || l.nb * l.nt * l.nh == 0) return;
+    run_storage<"dropout_mask">(f.dtype, [&](auto) {
+      generate_mask(c->host, l, uint64_t(seed), (1.0 - p) * 4294967296.0, static_cast<uint8_t*>(mask));
+    });
   } else {
-    failf("unknown entry '%.40s' (transducer_joint has forward, backward)", c->entry ? c->entry : "");
+    failf("unknown entry '%.40s' (transducer_joint has forward, backward, dropout_mask)", c->entry ? c->entry : "");
   }
 }
 

@@ -187,7 +187,8 @@ HWY_EXPORT(RunPass);
 
 std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 4) return "transducer_joint shapes are [B, T, U, H]";
-  if (c.entry != "forward" && c.entry != "backward") return "transducer_joint has forward and backward";
+  if (c.entry == "dropout_mask") return "dropout_mask: eager draws its mask with its own generator (other bits)";
+  if (c.entry != "forward" && c.entry != "backward") return "transducer_joint has forward, backward and dropout_mask";
   return {};
 }
 

@@ -36,6 +36,16 @@
 //     apex draws the mask itself (Philox) and saves keep & (s > 0), the ReLU folded in, for its
 //     backward; here the ReLU is recomputed from f and g, so the same keep mask serves both entries
 //     (apex's folded mask passed here with relu gives the same gradient, except where s is NaN).
+//   dropout_mask (f, g, f_len, g_len, batch_offset) -> (mask: u8, h's layout), params
+//     dropout_prob p, seed: a keep mask for the entries above, drawn by a counter-based RNG so that
+//     its bits depend on (seed, p, lengths, H) alone: never on threads, layout or call order.
+//     Valid element (b, t, u, c) has the number n = (P[b] + t * g_len[b] + u) * H + c, P[b] the
+//     sum of f_len * g_len over the batches before b (its packed row numbering, for both layouts).
+//     w = word n % 4 of Philox4x32-10(counter = {n / 4 low 32 bits, n / 4 high 32 bits, 0, 0},
+//     key = {seed low 32 bits, seed high 32 bits}) (Salmon et al. 2011, Random123's round
+//     constants); mask = w < (1 - p) * 2^32 (compared in f64) ? 1 : 0. The unpacked don't-care
+//     region is 0. f and g only give T, U and H (not read). The bits are not apex's or torch's
+//     (their Philox streams are numbered by CUDA thread).
 //   Lengths: f_len[b] in [0, T], g_len[b] in [0, U], else the call fails with one line naming
 //     the first bad position ("forward: f_len[3] = 9 is outside [0, 8] (T of f)") before any
 //     output is written. Packed: batch_offset must be the inclusive cumsum of f_len*g_len
@@ -71,6 +81,25 @@ int64_t g_length(int64_t b, int64_t u) { return length_of(b, u, 2); }
 // m for a kept element (the contract's scale: 1 / (1 - p) in f64, rounded once to f32)
 double dropout_scale(double p) { return double(float(1.0 / (1.0 - p))); }
 
+// Philox4x32-10 of (counter, key), word k of the block
+uint32_t philox_word(uint64_t block, uint64_t key, int k) {
+  uint32_t x[4] = {uint32_t(block), uint32_t(block >> 32), 0, 0};
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = uint64_t(0xD2511F53u) * x[0], p1 = uint64_t(0xCD9E8D57u) * x[2];
+    const uint32_t y[4] = {uint32_t(p1 >> 32) ^ x[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ x[3] ^ k1, uint32_t(p0)};
+    for (int i = 0; i < 4; ++i) x[i] = y[i];
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return x[k];
+}
+
+// Without dropout the mask is never read: the empty form, so that no case carries a dead tensor.
+void set_mask(CaseDesc& c, const Shape& hshape, double drop) {
+  c.set("mask", drop > 0 ? hshape : Shape{0}, {Fill::mask, 0, 1, 1.0 - drop});
+}
+
 void describe(CaseDesc& c, const Shape& s, const Params& p) {
   if (s.size() != 4 || s[0] < 0 || s[1] < 0 || s[2] < 0 || s[3] < 0) {
     c.unsupported = "transducer_joint shapes are [B, T, U, H]";
@@ -88,19 +117,26 @@ void describe(CaseDesc& c, const Shape& s, const Params& p) {
   c.set("f_len", {b}, {}, /*derived=*/true);
   c.set("g_len", {b}, {}, /*derived=*/true);
   c.set("batch_offset", {b}, {}, /*derived=*/true);
-  // without dropout the mask is never read: the empty form, so that no case carries a dead tensor
-  c.set("mask", drop > 0 ? hshape : Shape{0}, {Fill::mask, 0, 1, 1.0 - drop});
   const double mbytes = drop > 0 ? double(valid) * double(h) : 0.0;  // u8, its valid positions
   const double mflops = drop > 0 ? double(valid) * double(h) : 0.0;
   const double lens = 16.0 * double(b);
   const double hbytes = double(packed ? valid * h : b * t * u * h) * e;
+  if (c.entry == "dropout_mask") {
+    c.set("mask", hshape);
+    c.reduce_len = 1;
+    c.bytes = hbytes / e + lens;  // the u8 mask out (f and g not read)
+    c.flops = 0;
+    return;
+  }
   if (c.entry == "forward") {
     c.set("h", hshape);
     c.reduce_len = 1;
+    set_mask(c, hshape, drop);
     c.bytes = fg + hbytes + lens + mbytes;  // f, g in (each once), h out, the mask's valid part in
     c.flops = double(valid) * double(h) * (relu ? 2 : 1) + mflops;
   } else {
     c.set("grad_h", hshape, {Fill::uniform, -1.0, 1.0});
+    set_mask(c, hshape, drop);
     c.set("grad_f", {b, t, h});
     c.set("grad_g", {b, u, h});
     c.reduce_len = std::max<int64_t>(std::max(t, u), 1);
@@ -132,7 +168,7 @@ void reference(std::string_view entry, std::vector<RefArg>& a, const Params& p) 
   const int64_t nb = f.desc->shape[0], nt = f.desc->shape[1], nu = g.desc->shape[1], nh = f.desc->shape[2];
   const bool packed = p.flag("packed"), relu = p.flag("relu");
   const double drop = p.get("dropout_prob"), scale = dropout_scale(drop);
-  const auto& mask = ref_arg(a, "mask").v;
+  auto& mask = ref_arg(a, "mask").v;
   for (int64_t b = 0; b < nb; ++b) {
     const double lf = fl[size_t(b)], lg = gl[size_t(b)];
     if (!(lf >= 0 && lf <= double(nt)) || !(lg >= 0 && lg <= double(nu)))
@@ -150,6 +186,23 @@ void reference(std::string_view entry, std::vector<RefArg>& a, const Params& p) 
     if (!packed) return (b * nt + t) * nu + u;
     return t < lf && u < lg ? base[size_t(b)] + t * lg + u : -1;
   };
+  if (entry == "dropout_mask") {
+    const uint64_t seed = uint64_t(p.get_int("seed"));
+    const double keep = (1.0 - drop) * 4294967296.0;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t u = 0; u < nu; ++u) {
+          const int64_t r = row(b, t, u);
+          if (r < 0) continue;
+          const bool valid = t < int64_t(fl[size_t(b)]) && u < int64_t(gl[size_t(b)]);
+          const uint64_t n0 = uint64_t((base[size_t(b)] + t * int64_t(gl[size_t(b)]) + u) * nh);
+          for (int64_t c = 0; c < nh; ++c) {
+            const uint64_t n = n0 + uint64_t(c);
+            mask[size_t(r * nh + c)] = valid && double(philox_word(n / 4, seed, int(n % 4))) < keep ? 1.0 : 0.0;
+          }
+        }
+    return;
+  }
   auto sum = [&](int64_t b, int64_t t, int64_t u, int64_t c) {
     return f.v[size_t((b * nt + t) * nh + c)] + g.v[size_t((b * nu + u) * nh + c)];
   };

@@ -6,11 +6,13 @@
 // nothing written), NaN / inf through the ReLU, empty batches, and malformed arguments; dropout
 // with a given keep mask (p = 0 the same bits as no dropout whatever the mask, an all-keep mask
 // scaled, dropped elements with the ReLU, the mask's don't-care region never read, bad masks
-// named). Seeded
+// named); dropout_mask against Philox4x32-10 (checked here on Random123's known answers) at
+// every element, at any thread count, packed = unpacked at the valid positions. Seeded
 // inputs (seed printed); outputs poisoned with NaN before every call. Runs the module the loader
 // gives this build (prebuilt or JIT).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -156,6 +158,24 @@ struct Case {
       b.add("grad_h", dh.data(), dt, joint_shape());
       common(b);
       b.add("grad_f", df.data(), dt, {nb, nt, nh}).add("grad_g", dg.data(), dt, {nb, nu, nh});
+      b.threads(threads).run(module());
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
+    }
+  }
+
+  // dropout_mask into `mask` (h's layout; a bad_mask shape / mask dtype when set)
+  int generate(int64_t seed, std::string* err = nullptr, int threads = 0) {
+    for (int64_t i = 0; i < mask.size(); ++i) mask.set(i, 171.0);  // poison: neither 0 nor 1
+    try {
+      opf::CallBuilder b(*opf::find_op("transducer_joint"), "dropout_mask");
+      b.add("f", f.data(), dt, {nb, nt, nh}).add("g", g.data(), dt, {nb, nu, nh});
+      b.add("f_len", fl.data(), DType::i32, {nb}).add("g_len", gl.data(), DType::i32, {nb});
+      b.add("batch_offset", off.data(), DType::i64, {nb});
+      b.param("relu", relu).param("packed", packed).param("dropout_prob", drop).param("seed", double(seed));
+      b.add("mask", mask.data(), mask.dt, bad_mask.empty() ? joint_shape() : bad_mask);
       b.threads(threads).run(module());
       return 0;
     } catch (const opf::Error& e) {
@@ -518,6 +538,118 @@ TEST(TransducerJoint, BadMaskNamesTheArgument) {
     EXPECT_NE(c.forward(&err), 0);
     EXPECT_NE(err.find("dropout_prob"), std::string::npos) << err;
     for (int64_t i = 0; i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << "h written";
+  }
+}
+
+// Philox4x32-10 as Salmon et al. define it, written here from the paper (round multipliers
+// 0xD2511F53 / 0xCD9E8D57, Weyl key increments 0x9E3779B9 / 0xBB67AE85), independent of the module's.
+std::array<uint32_t, 4> philox(std::array<uint32_t, 4> x, std::array<uint32_t, 2> k) {
+  for (int r = 0; r < 10; ++r) {
+    if (r) k = {k[0] + 0x9E3779B9u, k[1] + 0xBB67AE85u};
+    const uint64_t m0 = uint64_t(x[0]) * 0xD2511F53u, m1 = uint64_t(x[2]) * 0xCD9E8D57u;
+    x = {uint32_t(m1 >> 32) ^ x[1] ^ k[0], uint32_t(m1), uint32_t(m0 >> 32) ^ x[3] ^ k[1], uint32_t(m0)};
+  }
+  return x;
+}
+
+TEST(TransducerJoint, PhiloxKnownAnswers) {  // Random123's kat_vectors for philox4x32_10
+  using W = std::array<uint32_t, 4>;
+  EXPECT_EQ(philox({0, 0, 0, 0}, {0, 0}), (W{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}), (W{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+            (W{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+// Every element of dropout_mask is the contract's Philox bit of its packed number (0 in the
+// unpacked don't-care region), in both layouts, with about 1 - p kept; the bits do not depend on
+// the thread count or the layout, and change with the seed. A generated mask drives the forward.
+TEST(TransducerJoint, DropoutMaskIsPhiloxOfThePackedNumbering) {
+  for (DType dt : kDtypes)
+    for (double p : {0.0, 0.3, 0.9})
+      for (int64_t seed : {int64_t(0), int64_t(987654321012)}) {
+        std::vector<uint8_t> valid_bits[2];
+        for (int packed = 0; packed < 2; ++packed) {
+          SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " p " + std::to_string(p) + " seed " + std::to_string(seed) +
+                       " packed " + std::to_string(packed));
+          Case c(dt, 4, 9, 6, 37, 17);
+          c.packed = packed;
+          c.drop = p;
+          c.repack();
+          std::string err;
+          ASSERT_EQ(c.generate(seed, &err, 1), 0) << err;
+          int64_t kept = 0, valid_n = 0;
+          for (int64_t b = 0; b < c.nb; ++b)
+            for (int64_t t = 0; t < c.nt; ++t)
+              for (int64_t u = 0; u < c.nu; ++u) {
+                const int64_t r = c.row(b, t, u);
+                if (r < 0) continue;
+                const bool valid = t < c.fl[size_t(b)] && u < c.gl[size_t(b)];
+                for (int64_t k = 0; k < c.nh; ++k) {
+                  const double got = c.mask.at(r * c.nh + k);
+                  if (!valid) {
+                    ASSERT_EQ(got, 0.0) << "don't-care " << r * c.nh + k;
+                    continue;
+                  }
+                  const int64_t num = ((b ? c.off[size_t(b - 1)] : 0) + t * c.gl[size_t(b)] + u) * c.nh + k;
+                  const auto w = philox({uint32_t(uint64_t(num) / 4), uint32_t(uint64_t(num) / 4 >> 32), 0, 0},
+                                        {uint32_t(uint64_t(seed)), uint32_t(uint64_t(seed) >> 32)});
+                  const double want = double(w[size_t(num % 4)]) < (1.0 - p) * 4294967296.0 ? 1.0 : 0.0;
+                  ASSERT_EQ(got, want) << "element " << r * c.nh + k << " (number " << num << ")";
+                  kept += got != 0;
+                  ++valid_n;
+                  valid_bits[packed].push_back(uint8_t(got));
+                }
+              }
+          ASSERT_GT(valid_n, 1000);
+          if (p == 0) EXPECT_EQ(kept, valid_n);
+          const double frac = double(kept) / double(valid_n), sd = std::sqrt(p * (1 - p) / double(valid_n));
+          EXPECT_NEAR(frac, 1 - p, 5 * sd + 1e-12) << kept << " of " << valid_n;
+          const auto one = c.mask.bytes;
+          for (int threads : {2, 3, 4}) {
+            ASSERT_EQ(c.generate(seed, &err, threads), 0) << err;
+            EXPECT_TRUE(c.mask.bytes == one) << threads << " threads";
+          }
+          if (p > 0) {
+            ASSERT_EQ(c.generate(seed + 1, &err), 0) << err;
+            EXPECT_FALSE(c.mask.bytes == one) << "seed + 1 gives the same mask";
+            ASSERT_EQ(c.generate(seed, &err), 0) << err;
+            c.relu = true;
+            ASSERT_EQ(c.forward(), 0);
+            c.check_forward();
+            ASSERT_EQ(c.backward(), 0);
+            c.check_backward();
+          }
+        }
+        EXPECT_TRUE(valid_bits[0] == valid_bits[1]) << "packed and unpacked masks differ";
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+TEST(TransducerJoint, DropoutMaskBadArgumentsNameTheArgument) {
+  struct Bad {
+    const char* what;
+    DType dt;
+    opf::Shape shape;
+    int32_t f_len0;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {"f32 mask", DType::f32, {2, 3, 4, 5}, -1, "argument 5 (mask) has dtype f32, expected u8"},
+      {"wrong U", DType::u8, {2, 3, 3, 5}, -1, "argument 5 (mask) has size 3 in dim 2, expected 4"},
+      {"f_len past T", DType::u8, {2, 3, 4, 5}, 4, "f_len[0] = 4 is outside [0, 3] (T of f)"},
+  };
+  for (const Bad& b : bad) {
+    Case c(DType::f32, 2, 3, 4, 5);
+    c.drop = 0.5;
+    if (b.f_len0 >= 0) c.fl[0] = b.f_len0;
+    c.mask = Buf(b.dt, 2 * 3 * 4 * 6);
+    c.bad_mask = b.shape;
+    std::string err;
+    EXPECT_NE(c.generate(1, &err), 0) << b.what;
+    EXPECT_NE(err.find(std::string("dropout_mask: ") + b.needle), std::string::npos) << b.what << ": " << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    for (int64_t i = 0; i < c.mask.size(); ++i) ASSERT_EQ(c.mask.at(i), 171.0)
+        << b.what << ": mask written";
   }
 }
 
