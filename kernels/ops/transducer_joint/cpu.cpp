@@ -20,7 +20,7 @@
 // changes a bit. Scalar: the mask is a 1-byte stream, Philox's ten rounds per 4 elements cost
 // about as much as writing them.
 // First line of the TU on purpose, as every op's: the JIT recognises it and compiles with the
-// precompiled header built with the same option (the kernels here only add, so it changes no bits).
+// precompiled header built with the same option (dropout multiplies the sum: no FMA may fuse them).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #endif
