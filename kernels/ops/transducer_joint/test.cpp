@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -238,16 +239,19 @@ const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 TEST(TransducerJoint, EdgeShapesMatchTheContractBitwise) {
   const int64_t shapes[][4] = {{1, 1, 1, 1},   {1, 1, 1, 17},  {3, 7, 5, 33},  {2, 13, 1, 64},
                                {4, 5, 11, 17}, {3, 3, 2, 513}, {2, 3, 300, 250}, {5, 2, 3, 1031}};
+  // dropout on every other shape, to keep CI time (1 x 17, U = 1, H = 513 and 1031 past the column
+  // cap); a shrunken column block meets it in SameBitsForEveryThreadCount
   for (DType dt : kDtypes)
-    for (const auto& s : shapes)
-      for (int mode = 0; mode < 8; ++mode) {
+    for (size_t k = 0; k < std::size(shapes); ++k)
+      for (int mode = 0; mode < 4; ++mode) {
+        const auto& s = shapes[k];
         SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
                      std::to_string(s[2]) + "x" + std::to_string(s[3]) + " relu " + std::to_string(mode & 1) +
-                     " packed " + std::to_string((mode >> 1) & 1) + " dropout " + std::to_string(mode >> 2));
+                     " packed " + std::to_string(mode >> 1) + " dropout " + std::to_string(k % 2));
         Case c(dt, s[0], s[1], s[2], s[3], uint64_t(mode));
         c.relu = mode & 1;
-        c.packed = (mode >> 1) & 1;
-        c.drop = mode >> 2 ? 0.3 : 0.0;
+        c.packed = mode >> 1;
+        c.drop = k % 2 ? 0.3 : 0.0;
         c.repack();
         ASSERT_EQ(c.forward(), 0);
         c.check_forward();
