@@ -12,8 +12,15 @@
 //            column block depends on U and H alone.
 // The ReLU mask of the backward is recomputed from f + g (one add, same sign as the forward's sum):
 // f and g are T + U rows per batch instead of a saved [B, T, U] mask or h.
+// Dropout reads the caller's u8 keep mask in the same pass, at the positions of the valid h /
+// grad_h elements (1 byte beside each 2- or 4-byte element): a multiply by 0 or scale per element;
+// without dropout the mask is not touched and the code is the same as before (no multiply by 1).
+// dropout_mask: tasks are blocks of (b, t) rows as in the forward; every element's bit comes from
+// its own Philox counter (the packed element number), so neither the split nor the layout
+// changes a bit. Scalar: the mask is a 1-byte stream, Philox's ten rounds per 4 elements cost
+// about as much as writing them.
 // First line of the TU on purpose, as every op's: the JIT recognises it and compiles with the
-// precompiled header built with the same option (the kernels here only add, so it changes no bits).
+// precompiled header built with the same option (dropout multiplies the sum: no FMA may fuse them).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #endif
@@ -27,6 +34,7 @@
 #define OPF_TRANSDUCER_JOINT_CPU_COMMON
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +57,7 @@ struct Layout {
   }
   int64_t row_stride_t(int64_t b) const { return packed ? g_len[b] : nu; }
 };
+// mask: the keep mask in h's layout, null without dropout; scale: the kept elements' factor
 struct Forward {
   const opf_host* host;
   int32_t dtype;
@@ -56,6 +65,8 @@ struct Forward {
   bool relu;
   const void* f;
   const void* g;
+  const uint8_t* mask;
+  float scale;
   void* h;
 };
 struct Backward {
@@ -63,6 +74,8 @@ struct Backward {
   int32_t dtype;
   Layout l;
   bool relu;
+  const uint8_t* mask;
+  float scale;
   const void* dh;
   const void* f;
   const void* g;
@@ -85,22 +98,37 @@ using namespace opf::cpu::HWY_NAMESPACE;
 using opf::cpu::from_f32;
 using opf::cpu::to_f32;
 
-// y[c] = f[c] + g[c], ReLU'd as the contract says (NaN kept: the compare is false for it).
+// The dropout factors of m[0, lanes): scale where the keep mask is nonzero, else 0.
+template <class D>
+HWY_INLINE hn::Vec<D> KeepFactor(D d, const uint8_t* HWY_RESTRICT m, hn::Vec<D> scale) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::RebindToUnsigned<D> du;
+  const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, m));
+  return hn::IfThenElseZero(hn::RebindMask(d, hn::Ne(bytes, hn::Zero(du))), scale);
+}
+
+// y[c] = f[c] + g[c], ReLU'd as the contract says (NaN kept: the compare is false for it), times
+// the dropout factor with kDrop (a multiply, so a dropped NaN stays NaN, as torch's dropout).
 // stream: non-temporal stores (an h beyond the cache is not read back soon; no read-for-ownership).
-template <bool kRelu, class S>
-HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, S* HWY_RESTRICT y, size_t n, bool stream) {
+template <bool kRelu, bool kDrop, class S>
+HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, const uint8_t* HWY_RESTRICT m,
+                       float scale, S* HWY_RESTRICT y, size_t n, bool stream) {
   const hn::ScalableTag<float> d;
   const auto zero = hn::Zero(d);
+  const auto vscale = hn::Set(d, scale);
   WriteRow(
       d, y, n, stream,
       [&](size_t c) {
-        const auto s = hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c));
-        if constexpr (kRelu) return hn::IfThenZeroElse(hn::Lt(s, zero), s);
-        else return s;
+        auto s = hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c));
+        if constexpr (kRelu) s = hn::IfThenZeroElse(hn::Lt(s, zero), s);
+        if constexpr (kDrop) s = hn::Mul(s, KeepFactor(d, m + c, vscale));
+        return s;
       },
       [&](size_t c) {
-        const float s = to_f32(f[c]) + to_f32(g[c]);
-        return kRelu && s < 0.0f ? 0.0f : s;
+        float s = to_f32(f[c]) + to_f32(g[c]);
+        if (kRelu && s < 0.0f) s = 0.0f;
+        if (kDrop) s = s * (m[c] ? scale : 0.0f);
+        return s;
       });
 }
 
@@ -112,7 +140,7 @@ HWY_INLINE void FillRow(S* HWY_RESTRICT y, size_t n, float v, bool stream = fals
       d, y, n, stream, [&](size_t) { return vv; }, [&](size_t) { return v; });
 }
 
-template <bool kRelu, class S>
+template <bool kRelu, bool kDrop, class S>
 void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
   const Layout& l = a.l;
   const size_t nh = size_t(l.nh);
@@ -122,14 +150,17 @@ void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
     if (l.packed && t >= lf) continue;  // packed: no rows
-    S* out = h + (l.batch_row(b) + t * l.row_stride_t(b)) * l.nh;
+    const int64_t first = (l.batch_row(b) + t * l.row_stride_t(b)) * l.nh;  // element of (b, t, 0, 0)
+    S* out = h + first;
     if (t >= lf) {  // unpacked, all U rows don't-care
       FillRow(out, size_t(l.nu) * nh, -1.0f, stream);
       continue;
     }
     const S* fr = f + r * l.nh;
     const S* gb = g + b * l.nu * l.nh;
-    for (int64_t u = 0; u < lg; ++u) AddRow<kRelu>(fr, gb + u * l.nh, out + u * l.nh, nh, stream);
+    const uint8_t* m = kDrop ? a.mask + first : nullptr;
+    for (int64_t u = 0; u < lg; ++u)
+      AddRow<kRelu, kDrop>(fr, gb + u * l.nh, kDrop ? m + u * l.nh : nullptr, a.scale, out + u * l.nh, nh, stream);
     if (!l.packed && lg < l.nu) FillRow(out + lg * l.nh, size_t(l.nu - lg) * nh, -1.0f, stream);
   }
   if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
@@ -143,8 +174,13 @@ void ForwardT(const Forward& a) {
   const int64_t out_rows = l.packed ? (l.nb ? l.offset[l.nb - 1] : 0) : rows * l.nu;
   const bool stream = double(out_rows) * double(l.nh) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    if (a.relu) ForwardRows<true, S>(a, r0, r1, stream);
-    else ForwardRows<false, S>(a, r0, r1, stream);
+    if (a.mask) {
+      if (a.relu) ForwardRows<true, true, S>(a, r0, r1, stream);
+      else ForwardRows<false, true, S>(a, r0, r1, stream);
+    } else {
+      if (a.relu) ForwardRows<true, false, S>(a, r0, r1, stream);
+      else ForwardRows<false, false, S>(a, r0, r1, stream);
+    }
   });
 }
 
@@ -155,22 +191,27 @@ inline int64_t column_block(int64_t nu, int64_t nh) {
   return std::max<int64_t>(1, std::min({nh, fit, int64_t(OPF_TUNE_COLUMN_BLOCK)}));
 }
 
-// acc[c] += x[c] and sum[c] += x[c] over c < w, x = dh masked by !(f + g <= 0) with relu
-template <bool kRelu, class S>
+// acc[c] += x[c] and sum[c] += x[c] over c < w, x = dh times the dropout factor (kDrop), then
+// zeroed where f + g <= 0 with relu
+template <bool kRelu, bool kDrop, class S>
 HWY_INLINE void AccumulateRow(const S* HWY_RESTRICT dh, const S* HWY_RESTRICT f, const S* HWY_RESTRICT g,
-                              float* HWY_RESTRICT af, float* HWY_RESTRICT ag, size_t w) {
+                              const uint8_t* HWY_RESTRICT m, float scale, float* HWY_RESTRICT af,
+                              float* HWY_RESTRICT ag, size_t w) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const auto zero = hn::Zero(d);
+  const auto vscale = hn::Set(d, scale);
   size_t c = 0;
   for (; c + N <= w; c += N) {
     auto x = LoadWiden(d, dh + c);
+    if constexpr (kDrop) x = hn::Mul(x, KeepFactor(d, m + c, vscale));
     if constexpr (kRelu) x = hn::IfThenZeroElse(hn::Le(hn::Add(LoadWiden(d, f + c), LoadWiden(d, g + c)), zero), x);
     hn::StoreU(hn::Add(hn::LoadU(d, af + c), x), d, af + c);
     hn::StoreU(hn::Add(hn::LoadU(d, ag + c), x), d, ag + c);
   }
   for (; c < w; ++c) {
     float x = to_f32(dh[c]);
+    if (kDrop) x = x * (m[c] ? scale : 0.0f);
     if (kRelu && to_f32(f[c]) + to_f32(g[c]) <= 0.0f) x = 0.0f;
     af[c] = af[c] + x;
     ag[c] = ag[c] + x;
@@ -186,11 +227,12 @@ HWY_INLINE void StoreSums(const float* HWY_RESTRICT acc, S* HWY_RESTRICT y, size
   for (; c < w; ++c) y[c] = from_f32<S>(acc[c]);
 }
 
-template <bool kRelu, class S>
+template <bool kRelu, bool kDrop, class S>
 void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vector<float>& ag, std::vector<float>& af) {
   const Layout& l = a.l;
   const int64_t nh = l.nh, lf = l.f_len[b], lg = l.g_len[b];
   const S* dh = static_cast<const S*>(a.dh) + l.batch_row(b) * nh + c0;
+  const uint8_t* m = kDrop ? a.mask + l.batch_row(b) * nh + c0 : nullptr;
   const S* f = static_cast<const S*>(a.f) + b * l.nt * nh + c0;
   const S* g = static_cast<const S*>(a.g) + b * l.nu * nh + c0;
   S* df = static_cast<S*>(a.df) + b * l.nt * nh + c0;
@@ -201,7 +243,8 @@ void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vecto
   for (int64_t t = 0; t < lf; ++t) {
     std::fill(af.begin(), af.end(), 0.0f);
     for (int64_t u = 0; u < lg; ++u)
-      AccumulateRow<kRelu>(dh + (t * st + u) * nh, f + t * nh, g + u * nh, af.data(), ag.data() + size_t(u) * w, w);
+      AccumulateRow<kRelu, kDrop>(dh + (t * st + u) * nh, f + t * nh, g + u * nh, kDrop ? m + (t * st + u) * nh : nullptr,
+                                  a.scale, af.data(), ag.data() + size_t(u) * w, w);
     StoreSums(af.data(), df + t * nh, w);
   }
   for (int64_t t = lf; t < l.nt; ++t) FillRow(df + t * nh, w, 0.0f);
@@ -218,8 +261,13 @@ void BackwardT(const Backward& a) {
     const int64_t b = task / blocks, c0 = (task % blocks) * cb;
     const size_t w = size_t(std::min(cb, l.nh - c0));
     std::vector<float> ag, af;
-    if (a.relu) BackwardTask<true, S>(a, b, c0, w, ag, af);
-    else BackwardTask<false, S>(a, b, c0, w, ag, af);
+    if (a.mask) {
+      if (a.relu) BackwardTask<true, true, S>(a, b, c0, w, ag, af);
+      else BackwardTask<false, true, S>(a, b, c0, w, ag, af);
+    } else {
+      if (a.relu) BackwardTask<true, false, S>(a, b, c0, w, ag, af);
+      else BackwardTask<false, false, S>(a, b, c0, w, ag, af);
+    }
   });
 }
 
@@ -281,30 +329,121 @@ const opf_tensor& expect_joint(const Args& args, int i, const char* name, int32_
   return expect_arg(args, i, name, dtype, {l.nb, l.nt, l.nu, l.nh});
 }
 
+// dropout_prob (param i): in [0, 1); the f32 scale of a kept element, 1 / (1 - p) rounded once.
+float dropout_scale(const Args& args, int i, double& p) {
+  p = args.f64(i, "dropout_prob");
+  if (!(p >= 0.0 && p < 1.0)) failf("%s: param dropout_prob = %g is outside [0, 1)", args.entry(), p);
+  return float(1.0 / (1.0 - p));
+}
+
+// The keep mask (argument i): u8 in h's layout when p > 0 (returned); with p = 0 it is not read
+// (null returned) and may also be empty, [0].
+const uint8_t* expect_mask(const Args& args, int i, double p, const Layout& l, int64_t rows) {
+  const opf_tensor& m = args.tensor(i, "mask");
+  if (p == 0 && m.ndim == 1) {
+    expect_shape(args, m, i, "mask", OPF_U8, {0});
+    return nullptr;
+  }
+  const int32_t ndim = l.packed ? 2 : 4;
+  if (m.ndim != ndim)
+    failf("%s: argument %d (mask) has %d dims, expected %d (h's layout %s: dropout_prob > 0 reads it)", args.entry(), i,
+          m.ndim, ndim, l.packed ? "[rows, H]" : "[B, T, U, H]");
+  const void* data = expect_joint(args, i, "mask", OPF_U8, l, rows).data;
+  return p > 0 ? static_cast<const uint8_t*>(data) : nullptr;
+}
+
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011): the 4 words of counter {block, 0}, key `key`.
+struct PhiloxBlock {
+  uint32_t w[4];
+};
+inline PhiloxBlock philox(uint64_t block, uint64_t key) {
+  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t a = uint64_t(0xD2511F53u) * c0, b = uint64_t(0xCD9E8D57u) * c2;
+    const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ k0, n2 = uint32_t(a >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(b);
+    c3 = uint32_t(a);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;  // Weyl key schedule
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// The keep mask of the contract: element n (packed numbering) kept when its Philox word is below
+// keep = (1 - p) 2^32; unpacked don't-care rows 0.
+void generate_mask(const opf_host* host, const Layout& l, uint64_t seed, double keep, uint8_t* mask) {
+  std::vector<int64_t> base(size_t(l.nb), 0);  // packed first row of b, also when h is unpacked
+  for (int64_t b = 1; b < l.nb; ++b) base[size_t(b)] = base[size_t(b - 1)] + int64_t(l.f_len[b - 1]) * l.g_len[b - 1];
+  const int64_t rows = l.nb * l.nt, nh = l.nh;
+  const int64_t chunk = rows_per_task(rows, double(l.nu) * double(nh));
+  parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
+      if (l.packed && t >= lf) continue;
+      uint8_t* out = mask + (l.batch_row(b) + t * l.row_stride_t(b)) * nh;
+      if (t >= lf) {
+        std::memset(out, 0, size_t(l.nu * nh));
+        continue;
+      }
+      const uint64_t n0 = uint64_t((base[size_t(b)] + t * lg) * nh), len = uint64_t(lg * nh);
+      PhiloxBlock blk = philox(n0 / 4, seed);
+      for (uint64_t i = 0; i < len; ++i) {
+        const uint64_t n = n0 + i;
+        if (n % 4 == 0) blk = philox(n / 4, seed);
+        out[i] = double(blk.w[n % 4]) < keep ? 1 : 0;
+      }
+      if (!l.packed && lg < l.nu) std::memset(out + lg * nh, 0, size_t((l.nu - lg) * nh));
+    }
+  });
+}
+
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   int64_t rows = 0;
   if (entry == "forward") {
-    const Args args(c, 6, 2);
+    const Args args(c, 7, 4);
     const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
+    double p = 0;
+    const float scale = dropout_scale(args, 2, p);
     const Layout l = check_inputs(args, 0, 2, packed, rows);
     const opf_tensor& f = args.tensor(0, "f");
-    void* h = expect_joint(args, 5, "h", f.dtype, l, rows).data;
+    const uint8_t* mask = expect_mask(args, 5, p, l, rows);
+    void* h = expect_joint(args, 6, "h", f.dtype, l, rows).data;
     if (!execute || l.nb * l.nt * l.nh == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)(Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, h});
+    HWY_DYNAMIC_DISPATCH(RunForward)(
+        Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, mask, scale, h});
   } else if (entry == "backward") {
-    const Args args(c, 8, 2);
+    const Args args(c, 9, 4);
     const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
+    double p = 0;
+    const float scale = dropout_scale(args, 2, p);
     const Layout l = check_inputs(args, 1, 3, packed, rows);
     const opf_tensor& f = args.tensor(1, "f");
     const void* dh = expect_joint(args, 0, "grad_h", f.dtype, l, rows).data;
-    void* df = expect_arg(args, 6, "grad_f", f.dtype, {l.nb, l.nt, l.nh}).data;
-    void* dg = expect_arg(args, 7, "grad_g", f.dtype, {l.nb, l.nu, l.nh}).data;
+    const uint8_t* mask = expect_mask(args, 6, p, l, rows);
+    void* df = expect_arg(args, 7, "grad_f", f.dtype, {l.nb, l.nt, l.nh}).data;
+    void* dg = expect_arg(args, 8, "grad_g", f.dtype, {l.nb, l.nu, l.nh}).data;
     if (!execute || l.nb * l.nh == 0) return;
     HWY_DYNAMIC_DISPATCH(RunBackward)(
-        Backward{c->host, f.dtype, l, relu, dh, f.data, args.tensor(2, "g").data, df, dg});
+        Backward{c->host, f.dtype, l, relu, mask, scale, dh, f.data, args.tensor(2, "g").data, df, dg});
+  } else if (entry == "dropout_mask") {
+    const Args args(c, 6, 4);
+    const bool packed = args.flag(1, "packed");
+    double p = 0;
+    dropout_scale(args, 2, p);
+    const int64_t seed = args.i64(3, "seed");
+    const Layout l = check_inputs(args, 0, 2, packed, rows);
+    const opf_tensor& f = args.tensor(0, "f");
+    void* mask = expect_joint(args, 5, "mask", OPF_U8, l, rows).data;
+    if (!execute || l.nb * l.nt * l.nh == 0) return;
+    run_storage<"dropout_mask">(f.dtype, [&](auto) {
+      generate_mask(c->host, l, uint64_t(seed), (1.0 - p) * 4294967296.0, static_cast<uint8_t*>(mask));
+    });
   } else {
-    failf("unknown entry '%.40s' (transducer_joint has forward, backward)", c->entry ? c->entry : "");
+    failf("unknown entry '%.40s' (transducer_joint has forward, backward, dropout_mask)", c->entry ? c->entry : "");
   }
 }
 

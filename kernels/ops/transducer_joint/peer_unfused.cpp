@@ -1,8 +1,12 @@
 // PyTorch eager's transducer joint as the unfused peer of transducer_joint (apex's Python
 // reference path, one full pass per op over the [B, T, U, H] tensor):
 //   forward:  h = f.unsqueeze(2) + g.unsqueeze(1);  relu: h = h.relu();
+//             dropout: h = h * mask * scale (torch's dropout with the given mask, one pass)
 //             unpacked: h.masked_fill_(dont_care, -1);  packed: h = h[valid] (a gather pass)
 //   backward: unpacked: d = grad_h.masked_fill(dont_care, 0);  packed: d = zeros, d[valid] = grad_h
+//             dropout: d = d * mask, the scale applied to grad_f / grad_g's f32 sums (the same
+//             memory traffic as eager's d * mask * scale pass; eager's rounding of every scaled
+//             element to T would fail the shared f16 / bf16 tolerance of the sums)
 //             relu: d = threshold_backward(d, h_saved, 0)  (h_saved: the forward's relu output,
 //             computed at setup, not timed: eager keeps it from the forward)
 //             grad_f = d.sum(2);  grad_g = d.sum(1)
@@ -32,6 +36,8 @@ enum class Op {
   pack,       // y_packed[row(r)] = x[r] for valid r    (boolean-mask gather)
   unpack,     // x[r] = valid ? y[row or r] : 0         (masked_fill / zeros + index_put)
   threshold,  // x[r] = !(z[r] <= 0) ? x[r] : 0         (relu backward on the saved output)
+  dropout,    // x[r] *= mask ? scale : 0 for valid r   (mask in h's layout: packed rows when packed)
+              // sum_u / sum_t: scale multiplies the f32 sums
   sum_u,      // out[b,t] = sum over u of x[b,t,u]      rows of [B*T]
   sum_t,      // out[b,u] = sum over t of x[b,t,u]      rows of [B*U]
 };
@@ -46,6 +52,8 @@ struct Pass {
   const int32_t* fl;
   const int32_t* gl;
   const int64_t* base;  // packed: first row of batch b; null: unpacked
+  const uint8_t* mask;  // dropout's keep mask (h's layout)
+  float scale;          // dropout: a kept element's factor; sum_u / sum_t: the sums' factor
 };
 }  // namespace opf::suites::peers::transducer_joint_unfused
 #endif  // OPF_TRANSDUCER_JOINT_PEER_COMMON
@@ -125,6 +133,21 @@ void PassT(const Pass& p) {
           if (to_f32(s[c]) <= 0.0f) o[c] = from_f32<S>(0.0f);
         break;
       }
+      case Op::dropout: {
+        if (!valid(r, b)) break;  // don't-care rows: overwritten (forward) or zero (backward)
+        S* o = x + r * p.nh;
+        const uint8_t* m = p.mask + (p.base ? packed_row(r, b) : r) * p.nh;
+        const hn::Rebind<uint8_t, decltype(d)> d8;
+        const hn::RebindToUnsigned<decltype(d)> du;
+        const auto vscale = hn::Set(d, p.scale);
+        size_t c = 0;
+        for (; c + N <= n; c += N) {
+          const auto keep = hn::RebindMask(d, hn::Ne(hn::PromoteTo(du, hn::LoadU(d8, m + c)), hn::Zero(du)));
+          StoreRound(d, hn::Mul(LoadWiden(d, o + c), hn::IfThenElseZero(keep, vscale)), o + c);
+        }
+        for (; c < n; ++c) o[c] = from_f32<S>(to_f32(o[c]) * (m[c] ? p.scale : 0.0f));
+        break;
+      }
       case Op::sum_u:
       case Op::sum_t: {
         // r: (b, t) for sum_u, (b, u) for sum_t; the summed index walks ascending
@@ -140,9 +163,10 @@ void PassT(const Pass& p) {
           for (; c < n; ++c) acc[c] += to_f32(src[c]);
         }
         S* o = x + r * p.nh;
+        const auto vscale = hn::Set(d, p.scale);
         size_t c = 0;
-        for (; c + N <= n; c += N) StoreRound(d, hn::LoadU(d, acc.data() + c), o + c);
-        for (; c < n; ++c) o[c] = from_f32<S>(acc[c]);
+        for (; c + N <= n; c += N) StoreRound(d, hn::Mul(hn::LoadU(d, acc.data() + c), vscale), o + c);
+        for (; c < n; ++c) o[c] = from_f32<S>(acc[c] * p.scale);
         break;
       }
     }
@@ -163,7 +187,8 @@ HWY_EXPORT(RunPass);
 
 std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 4) return "transducer_joint shapes are [B, T, U, H]";
-  if (c.entry != "forward" && c.entry != "backward") return "transducer_joint has forward and backward";
+  if (c.entry == "dropout_mask") return "dropout_mask: eager draws its mask with its own generator (other bits)";
+  if (c.entry != "forward" && c.entry != "backward") return "transducer_joint has forward, backward and dropout_mask";
   return {};
 }
 
@@ -171,12 +196,14 @@ class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
       : dt_(c.dtype), e_(dtype_size(c.dtype)), host_(host_threads(c.threads)), threads_(c.threads),
-        forward_(c.entry == "forward"), relu_(c.params.flag("relu")), packed_(c.params.flag("packed")) {
+        forward_(c.entry == "forward"), relu_(c.params.flag("relu")), packed_(c.params.flag("packed")),
+        drop_(c.params.get("dropout_prob") > 0), scale_(float(1.0 / (1.0 - c.params.get("dropout_prob")))) {
     for (const HostArg& h : drawn.host) {
       const std::string& name = h.desc->name;
       if (name == "f") f_ = h.bytes, nb_ = h.desc->shape[0], nt_ = h.desc->shape[1], nh_ = h.desc->shape[2];
       if (name == "g") g_ = h.bytes, nu_ = h.desc->shape[1];
       if (name == "grad_h") dh_ = h.bytes;
+      if (name == "mask") mask_ = h.bytes;
       if (name == "f_len" || name == "g_len") {
         auto& v = name == "f_len" ? fl_ : gl_;
         v.resize(size_t(h.desc->numel()));
@@ -205,14 +232,17 @@ class Run final : public PeerRun {
     if (forward_) {
       pass(Op::add, full_.data(), f_.data(), g_.data(), rows);
       if (relu_) pass(Op::relu, full_.data(), nullptr, nullptr, rows);
+      if (drop_) pass(Op::dropout, full_.data(), nullptr, nullptr, rows, scale_);
       if (packed_) pass(Op::pack, out_.data(), full_.data(), nullptr, rows);
       else pass(Op::fill, full_.data(), nullptr, nullptr, rows);
       return;
     }
     pass(Op::unpack, full_.data(), dh_.data(), nullptr, rows);
+    if (drop_) pass(Op::dropout, full_.data(), nullptr, nullptr, rows, 1.0f);
     if (relu_) pass(Op::threshold, full_.data(), nullptr, saved_.data(), rows);
-    pass(Op::sum_u, df_.data(), full_.data(), nullptr, nb_ * nt_);
-    pass(Op::sum_t, dg_.data(), full_.data(), nullptr, nb_ * nu_);
+    const float sum_scale = drop_ ? scale_ : 1.0f;
+    pass(Op::sum_u, df_.data(), full_.data(), nullptr, nb_ * nt_, sum_scale);
+    pass(Op::sum_t, dg_.data(), full_.data(), nullptr, nb_ * nu_, sum_scale);
   }
 
   bool output(std::string_view name, std::vector<double>& out) const override {
@@ -228,11 +258,12 @@ class Run final : public PeerRun {
 
  private:
   // One pass over `rows` rows, thread t taking rows [rows t / threads, rows (t+1) / threads).
-  void pass(Op op, void* x, const void* y, const void* z, int64_t rows) {
+  void pass(Op op, void* x, const void* y, const void* z, int64_t rows, float scale = 1.0f) {
     const int slices = std::max(threads_, 1);
     opf::cpu::parallel_for(host_, slices, [&](int64_t t) {
       const Pass p{op,  int32_t(dt_), x,   y,   z,          rows * t / slices, rows * (t + 1) / slices,
-                   nb_, nt_,          nu_, nh_, fl_.data(), gl_.data(),        packed_ ? base_.data() : nullptr};
+                   nb_, nt_,          nu_, nh_, fl_.data(), gl_.data(),        packed_ ? base_.data() : nullptr,
+                   reinterpret_cast<const uint8_t*>(mask_.data()), scale};
       if (p.r1 > p.r0) HWY_DYNAMIC_DISPATCH(RunPass)(p);
     });
   }
@@ -241,9 +272,10 @@ class Run final : public PeerRun {
   size_t e_;
   const opf_host* host_;
   int threads_;
-  bool forward_, relu_, packed_;
+  bool forward_, relu_, packed_, drop_;
+  float scale_;
   int64_t nb_ = 0, nt_ = 0, nu_ = 0, nh_ = 0;
-  std::vector<std::byte> f_, g_, dh_, full_, out_, saved_, df_, dg_;
+  std::vector<std::byte> f_, g_, dh_, mask_, full_, out_, saved_, df_, dg_;
   std::vector<int32_t> fl_, gl_;
   std::vector<int64_t> base_;
 };

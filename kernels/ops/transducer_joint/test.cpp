@@ -3,15 +3,21 @@
 // ascending u / t, checked bitwise against those sums computed here) on random lengths (zero and
 // full included), the same bits at 1-4 threads, grad_h's don't-care region never read (NaN
 // there changes nothing), lengths and batch_offset out of range (one line naming the position,
-// nothing written), NaN / inf through the ReLU, empty batches, and malformed arguments. Seeded
+// nothing written), NaN / inf through the ReLU, empty batches, and malformed arguments; dropout
+// with a given keep mask (p = 0 the same bits as no dropout whatever the mask, an all-keep mask
+// scaled, dropped elements with the ReLU, the mask's don't-care region never read, bad masks
+// named); dropout_mask against Philox4x32-10 (checked here on Random123's known answers) at
+// every element, at any thread count, packed = unpacked at the valid positions. Seeded
 // inputs (seed printed); outputs poisoned with NaN before every call. Runs the module the loader
 // gives this build (prebuilt or JIT).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -60,7 +66,11 @@ struct Case {
   DType dt;
   int64_t nb, nt, nu, nh;
   bool relu = false, packed = false;
+  double drop = 0;          // dropout_prob
+  bool empty_mask = false;  // pass the mask as [0] (allowed with drop = 0)
+  opf::Shape bad_mask;      // non-empty: pass the mask with this shape (and mask's dtype) instead
   Buf f, g, h, dh, df, dg;
+  Buf mask{DType::u8, 0};  // h's layout, random keep bits (about 1 - drop_bits kept)
   std::vector<int32_t> fl, gl;
   std::vector<int64_t> off;
 
@@ -86,6 +96,15 @@ struct Case {
     dh = Buf(d, size_t(joint_rows() * nh));
     fill(dh);
     h = Buf(d, size_t(joint_rows() * nh));
+    draw_mask(0.4);
+  }
+  // A fresh keep mask in h's layout, each element dropped with probability p (never all kept
+  // or all dropped for more than a few elements: the draw is checked by the tests that need it).
+  void draw_mask(double p, uint64_t salt = 7) {
+    mask = Buf(DType::u8, size_t(joint_rows() * nh));
+    std::mt19937_64 rng(kSeed + 1000 + salt);
+    std::uniform_real_distribution<double> un(0.0, 1.0);
+    for (int64_t i = 0; i < mask.size(); ++i) mask.set(i, un(rng) < p ? 0.0 : 1.0);
   }
   void set_offsets() {
     int64_t s = 0;
@@ -108,13 +127,17 @@ struct Case {
     for (int64_t i = 0; i < nd.size(); ++i) nd.set(i, (rng() & 1 ? 1 : -1) * un(rng));
     dh = nd;
     h = Buf(dt, size_t(joint_rows() * nh));
+    draw_mask(0.4);
   }
 
   void common(opf::CallBuilder& b) {
     b.add("f", f.data(), dt, {nb, nt, nh}).add("g", g.data(), dt, {nb, nu, nh});
     b.add("f_len", fl.data(), DType::i32, {nb}).add("g_len", gl.data(), DType::i32, {nb});
     b.add("batch_offset", off.data(), DType::i64, {nb});
-    b.param("relu", relu).param("packed", packed);
+    b.param("relu", relu).param("packed", packed).param("dropout_prob", drop);
+    if (!bad_mask.empty()) b.add("mask", mask.data(), mask.dt, bad_mask);
+    else if (empty_mask) b.add("mask", mask.data(), DType::u8, {0});
+    else b.add("mask", mask.data(), DType::u8, joint_shape());
   }
   int forward(std::string* err = nullptr, int threads = 0) {
     h.poison();
@@ -144,8 +167,31 @@ struct Case {
     }
   }
 
+  // dropout_mask into `mask` (h's layout; a bad_mask shape / mask dtype when set)
+  int generate(int64_t seed, std::string* err = nullptr, int threads = 0) {
+    for (int64_t i = 0; i < mask.size(); ++i) mask.set(i, 171.0);  // poison: neither 0 nor 1
+    try {
+      opf::CallBuilder b(*opf::find_op("transducer_joint"), "dropout_mask");
+      b.add("f", f.data(), dt, {nb, nt, nh}).add("g", g.data(), dt, {nb, nu, nh});
+      b.add("f_len", fl.data(), DType::i32, {nb}).add("g_len", gl.data(), DType::i32, {nb});
+      b.add("batch_offset", off.data(), DType::i64, {nb});
+      b.param("relu", relu).param("packed", packed).param("dropout_prob", drop).param("seed", double(seed));
+      b.add("mask", mask.data(), mask.dt, bad_mask.empty() ? joint_shape() : bad_mask);
+      b.threads(threads).run(module());
+      return 0;
+    } catch (const opf::Error& e) {
+      if (err) *err = e.what();
+      return 1;
+    }
+  }
+
   float sum(int64_t b, int64_t t, int64_t u, int64_t c) const {
     return float(f.at((b * nt + t) * nh + c)) + float(g.at((b * nu + u) * nh + c));
+  }
+  // the dropout factor of element i of h / grad_h (a valid position), as the contract states it
+  float factor(int64_t i) const {
+    if (drop == 0) return 1.0f;
+    return mask.at(i) != 0 ? float(1.0 / (1.0 - drop)) : 0.0f;
   }
   void expect_bits(const Buf& got, int64_t i, double want, const char* what) const {
     const double w = stored(dt, want);
@@ -160,8 +206,10 @@ struct Case {
           if (r < 0) continue;
           const bool valid = t < fl[size_t(b)] && u < gl[size_t(b)];
           for (int64_t c = 0; c < nh; ++c) {
-            const float s = sum(b, t, u, c);
-            expect_bits(h, r * nh + c, !valid ? -1.0 : relu && s < 0 ? 0.0 : double(s), "h");
+            float s = sum(b, t, u, c);
+            if (relu && s < 0) s = 0.0f;
+            if (valid && drop > 0) s = s * factor(r * nh + c);
+            expect_bits(h, r * nh + c, !valid ? -1.0 : double(s), "h");
             if (::testing::Test::HasFailure()) return;
           }
         }
@@ -172,7 +220,9 @@ struct Case {
       for (int64_t t = 0; t < fl[size_t(b)]; ++t)
         for (int64_t u = 0; u < gl[size_t(b)]; ++u)
           for (int64_t c = 0; c < nh; ++c) {
-            const float x = relu && sum(b, t, u, c) <= 0 ? 0.0f : float(dh.at(row(b, t, u) * nh + c));
+            const int64_t i = row(b, t, u) * nh + c;
+            const float d = drop > 0 ? float(dh.at(i)) * factor(i) : float(dh.at(i));
+            const float x = relu && sum(b, t, u, c) <= 0 ? 0.0f : d;
             sf[size_t((b * nt + t) * nh + c)] += x;
             sg[size_t((b * nu + u) * nh + c)] += x;
           }
@@ -189,15 +239,19 @@ const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 TEST(TransducerJoint, EdgeShapesMatchTheContractBitwise) {
   const int64_t shapes[][4] = {{1, 1, 1, 1},   {1, 1, 1, 17},  {3, 7, 5, 33},  {2, 13, 1, 64},
                                {4, 5, 11, 17}, {3, 3, 2, 513}, {2, 3, 300, 250}, {5, 2, 3, 1031}};
+  // dropout on every other shape, to keep CI time (1 x 17, U = 1, H = 513 and 1031 past the column
+  // cap); a shrunken column block meets it in SameBitsForEveryThreadCount
   for (DType dt : kDtypes)
-    for (const auto& s : shapes)
+    for (size_t k = 0; k < std::size(shapes); ++k)
       for (int mode = 0; mode < 4; ++mode) {
+        const auto& s = shapes[k];
         SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
                      std::to_string(s[2]) + "x" + std::to_string(s[3]) + " relu " + std::to_string(mode & 1) +
-                     " packed " + std::to_string(mode >> 1));
+                     " packed " + std::to_string(mode >> 1) + " dropout " + std::to_string(k % 2));
         Case c(dt, s[0], s[1], s[2], s[3], uint64_t(mode));
         c.relu = mode & 1;
         c.packed = mode >> 1;
+        c.drop = k % 2 ? 0.3 : 0.0;
         c.repack();
         ASSERT_EQ(c.forward(), 0);
         c.check_forward();
@@ -213,6 +267,7 @@ TEST(TransducerJoint, SameBitsForEveryThreadCount) {
       Case c(dt, 3, 6, 200, 700, 5);  // backward column blocks 320, 320, 60
       c.relu = true;
       c.packed = packed;
+      c.drop = 0.25;
       c.repack();
       ASSERT_EQ(c.forward(nullptr, 1), 0);
       ASSERT_EQ(c.backward(nullptr, 1), 0);
@@ -234,6 +289,9 @@ TEST(TransducerJoint, LargeOutputIsStreamedWithTheSameBits) {
   Case c(DType::f32, 2, 64, 64, 1031, 11);
   c.relu = true;
   ASSERT_GE(c.h.bytes.size(), size_t(32) << 20);
+  ASSERT_EQ(c.forward(nullptr, 2), 0);
+  c.check_forward();
+  c.drop = 0.5;
   ASSERT_EQ(c.forward(nullptr, 2), 0);
   c.check_forward();
 }
@@ -281,6 +339,321 @@ TEST(TransducerJoint, NonFiniteValuesStayInTheirColumn) {
     }
     ASSERT_EQ(c.backward(), 0);
     c.check_backward();
+  }
+}
+
+// dropout_prob = 0: the mask is not read. An all-drop mask, a random one and an empty [0] one give
+// the bits of the contract without dropout, in both layouts.
+TEST(TransducerJoint, DropoutOffGivesTheBitsOfNoDropoutWhateverTheMask) {
+  for (DType dt : kDtypes)
+    for (int packed = 0; packed < 2; ++packed) {
+      Case c(dt, 3, 7, 5, 33, 21);
+      c.relu = true;
+      c.packed = packed;
+      c.repack();
+      const Buf random_mask = c.mask;
+      for (int64_t i = 0; i < c.mask.size(); ++i) c.mask.set(i, 0.0);
+      ASSERT_EQ(c.forward(), 0);
+      ASSERT_EQ(c.backward(), 0);
+      c.check_forward();
+      c.check_backward();
+      const auto h0 = c.h.bytes, f0 = c.df.bytes, g0 = c.dg.bytes;
+      for (int variant = 0; variant < 2; ++variant) {
+        if (variant == 0) c.mask = random_mask;
+        c.empty_mask = variant == 1;
+        std::string err;
+        ASSERT_EQ(c.forward(&err), 0) << err;
+        ASSERT_EQ(c.backward(&err), 0) << err;
+        EXPECT_TRUE(c.h.bytes == h0 && c.df.bytes == f0 && c.dg.bytes == g0)
+            << opf::dtype_name(dt) << " packed " << packed << (variant ? " empty mask" : " random mask");
+      }
+    }
+}
+
+// An all-keep mask scales every valid element: with p = 0.5 (scale 2, exact) h and the gradients
+// are exactly twice those without dropout (f32: doubling is exact; f16 / bf16: doubling a stored
+// value is exact too); with p = 0.3 (an inexact scale) the contract's f32 rounding, bit for bit.
+TEST(TransducerJoint, AllKeepMaskScalesEveryValidElement) {
+  for (DType dt : kDtypes)
+    for (int mode = 0; mode < 4; ++mode) {
+      Case c(dt, 3, 5, 4, 37, 31);
+      c.relu = mode & 1;
+      c.packed = mode >> 1;
+      c.repack();
+      for (int64_t i = 0; i < c.mask.size(); ++i) c.mask.set(i, 1.0);
+      ASSERT_EQ(c.forward(), 0);
+      ASSERT_EQ(c.backward(), 0);
+      const Buf h0 = c.h, f0 = c.df, g0 = c.dg;
+      c.drop = 0.5;
+      ASSERT_EQ(c.forward(), 0);
+      ASSERT_EQ(c.backward(), 0);
+      // doubling commutes with the rounding to T except among f16 subnormals (a finer grid)
+      auto twice = [&](double got, double was, const char* what, int64_t i) {
+        if (dt == DType::f16 && std::fabs(was) < 6.2e-5) return;
+        ASSERT_EQ(got, 2 * was) << opf::dtype_name(dt) << " mode " << mode << " " << what << "[" << i << "]";
+      };
+      int64_t scaled = 0, dont_care = 0;
+      for (int64_t b = 0; b < c.nb; ++b)
+        for (int64_t t = 0; t < c.nt; ++t)
+          for (int64_t u = 0; u < c.nu; ++u) {
+            const int64_t r = c.row(b, t, u);
+            if (r < 0) continue;
+            const bool valid = t < c.fl[size_t(b)] && u < c.gl[size_t(b)];
+            for (int64_t k = 0; k < c.nh; ++k) {
+              const int64_t i = r * c.nh + k;
+              if (!valid) {  // the don't-care region stays -1, unscaled
+                ASSERT_EQ(c.h.at(i), -1.0) << i;
+                ++dont_care;
+                continue;
+              }
+              twice(c.h.at(i), h0.at(i), "h", i);
+              scaled += h0.at(i) != 0;
+            }
+          }
+      EXPECT_GT(scaled, 0);
+      EXPECT_EQ(dont_care > 0, !c.packed);
+      for (int64_t i = 0; i < c.df.size(); ++i) twice(c.df.at(i), f0.at(i), "grad_f", i);
+      for (int64_t i = 0; i < c.dg.size(); ++i) twice(c.dg.at(i), g0.at(i), "grad_g", i);
+      c.drop = 0.3;
+      ASSERT_EQ(c.forward(), 0);
+      ASSERT_EQ(c.backward(), 0);
+      c.check_forward();
+      c.check_backward();
+    }
+}
+
+// One row of H elements (B = T = U = 1): every element of h is its own f + g and grad_f = grad_g
+// = its own gradient, so each case of the ReLU x dropout interplay is checked on its own: kept
+// positive (scaled), kept negative (ReLU: 0, no gradient), dropped positive (0, no gradient),
+// dropped negative (0), a kept NaN (NaN, gradient scaled), a dropped NaN and a dropped inf (NaN, as
+// torch's dropout multiplies; no gradient).
+TEST(TransducerJoint, DropoutWithReluElementByElement) {
+  for (DType dt : kDtypes) {
+    const int64_t n = 257;
+    Case c(dt, 1, 1, 1, n, 41);
+    c.relu = true;
+    c.drop = 0.5;
+    c.repack();
+    c.draw_mask(0.5, 3);
+    c.f.set(0, std::nan(""));
+    c.mask.set(0, 1.0);
+    c.f.set(1, std::nan(""));
+    c.mask.set(1, 0.0);
+    c.f.set(2, std::numeric_limits<double>::infinity());
+    c.mask.set(2, 0.0);
+    ASSERT_EQ(c.forward(), 0);
+    ASSERT_EQ(c.backward(), 0);
+    c.check_forward();
+    c.check_backward();
+    int seen[2][2] = {};  // [kept][positive]
+    EXPECT_TRUE(std::isnan(c.h.at(0)) && std::isnan(c.h.at(1)) && std::isnan(c.h.at(2)));
+    EXPECT_EQ(c.df.at(0), stored(dt, 2.0 * c.dh.at(0)));
+    EXPECT_EQ(c.df.at(1), 0.0);
+    EXPECT_EQ(c.df.at(2), 0.0);
+    for (int64_t k = 3; k < n; ++k) {
+      const float s = float(c.f.at(k)) + float(c.g.at(k));
+      const bool kept = c.mask.at(k) != 0, positive = s > 0;
+      ++seen[kept][positive];
+      const double want_h = kept && positive ? stored(dt, 2.0 * double(s)) : 0.0;
+      const double want_d = kept && positive ? stored(dt, 2.0 * c.dh.at(k)) : 0.0;
+      EXPECT_EQ(c.h.at(k), want_h) << opf::dtype_name(dt) << " h[" << k << "] kept " << kept << " s " << s;
+      EXPECT_EQ(c.df.at(k), want_d) << "grad_f[" << k << "]";
+      EXPECT_EQ(c.dg.at(k), want_d) << "grad_g[" << k << "]";
+    }
+    for (int k = 0; k < 2; ++k)
+      for (int p = 0; p < 2; ++p) EXPECT_GT(seen[k][p], 0) << "no element kept " << k << " positive " << p;
+  }
+}
+
+// Unpacked, only the valid positions of the mask are read: flipping its don't-care region changes
+// no bit of h, grad_f or grad_g.
+TEST(TransducerJoint, MaskDontCareRegionIsNeverRead) {
+  for (DType dt : kDtypes) {
+    Case c(dt, 4, 9, 6, 40, 3);
+    c.fl = {9, 4, 0, 7};
+    c.gl = {6, 2, 5, 0};
+    c.set_offsets();
+    c.relu = true;
+    c.drop = 0.3;
+    ASSERT_EQ(c.forward(), 0);
+    ASSERT_EQ(c.backward(), 0);
+    c.check_forward();
+    c.check_backward();
+    const auto h0 = c.h.bytes, f0 = c.df.bytes, g0 = c.dg.bytes;
+    int64_t flipped = 0;
+    for (int64_t b = 0; b < c.nb; ++b)
+      for (int64_t t = 0; t < c.nt; ++t)
+        for (int64_t u = 0; u < c.nu; ++u)
+          if (t >= c.fl[size_t(b)] || u >= c.gl[size_t(b)])
+            for (int64_t k = 0; k < c.nh; ++k, ++flipped) {
+              const int64_t i = c.row(b, t, u) * c.nh + k;
+              c.mask.set(i, c.mask.at(i) != 0 ? 0.0 : 255.0);
+            }
+    ASSERT_GT(flipped, 0);
+    ASSERT_EQ(c.forward(), 0);
+    ASSERT_EQ(c.backward(), 0);
+    EXPECT_TRUE(c.h.bytes == h0 && c.df.bytes == f0 && c.dg.bytes == g0) << opf::dtype_name(dt);
+  }
+}
+
+// A mask of the wrong dtype or layout (or one missing when dropout is on) fails with one line
+// naming the argument, in both entries, before any output is written; so does dropout_prob = 1.
+TEST(TransducerJoint, BadMaskNamesTheArgument) {
+  struct Bad {
+    const char* what;
+    bool packed;
+    double drop;
+    DType dt;
+    opf::Shape shape;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {"f32 mask", false, 0.3, DType::f32, {2, 3, 4, 5}, "(mask) has dtype f32, expected u8"},
+      {"f32 mask, no dropout", false, 0.0, DType::f32, {2, 3, 4, 5}, "(mask) has dtype f32, expected u8"},
+      {"wrong H", false, 0.3, DType::u8, {2, 3, 4, 6}, "(mask) has size 6 in dim 3, expected 5"},
+      {"wrong U", false, 0.0, DType::u8, {2, 3, 3, 5}, "(mask) has size 3 in dim 2, expected 4"},
+      {"empty with dropout", false, 0.3, DType::u8, {0}, "(mask) has 1 dims, expected 4"},
+      {"unpacked mask, packed h", true, 0.3, DType::u8, {2, 3, 4, 5}, "(mask) has 4 dims, expected 2"},
+      {"not empty 1-D", false, 0.0, DType::u8, {3}, "(mask) has size 3 in dim 0, expected 0"},
+  };
+  for (const Bad& b : bad)
+    for (int backward = 0; backward < 2; ++backward) {
+      Case c(DType::f32, 2, 3, 4, 5);
+      c.packed = b.packed;
+      c.repack();
+      c.drop = b.drop;
+      c.mask = Buf(b.dt, 2 * 3 * 4 * 6);
+      c.bad_mask = b.shape;
+      std::string err;
+      EXPECT_NE(backward ? c.backward(&err) : c.forward(&err), 0) << b.what;
+      EXPECT_NE(err.find(std::string(backward ? "backward: " : "forward: ") + "argument " + (backward ? "6" : "5")),
+                std::string::npos)
+          << b.what << ": " << err;
+      EXPECT_NE(err.find(b.needle), std::string::npos) << b.what << ": " << err;
+      EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+      for (int64_t i = 0; !backward && i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << b.what << ": h written";
+      for (int64_t i = 0; backward && i < c.df.size(); ++i) ASSERT_TRUE(std::isnan(c.df.at(i))) << b.what << ": grad_f";
+      for (int64_t i = 0; backward && i < c.dg.size(); ++i) ASSERT_TRUE(std::isnan(c.dg.at(i))) << b.what << ": grad_g";
+    }
+  Case c(DType::f32, 2, 3, 4, 5);
+  for (double p : {1.0, -0.1}) {
+    c.drop = p;
+    std::string err;
+    EXPECT_NE(c.forward(&err), 0);
+    EXPECT_NE(err.find("dropout_prob"), std::string::npos) << err;
+    for (int64_t i = 0; i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << "h written";
+  }
+}
+
+// Philox4x32-10 as Salmon et al. define it, written here from the paper (round multipliers
+// 0xD2511F53 / 0xCD9E8D57, Weyl key increments 0x9E3779B9 / 0xBB67AE85), independent of the module's.
+std::array<uint32_t, 4> philox(std::array<uint32_t, 4> x, std::array<uint32_t, 2> k) {
+  for (int r = 0; r < 10; ++r) {
+    if (r) k = {k[0] + 0x9E3779B9u, k[1] + 0xBB67AE85u};
+    const uint64_t m0 = uint64_t(x[0]) * 0xD2511F53u, m1 = uint64_t(x[2]) * 0xCD9E8D57u;
+    x = {uint32_t(m1 >> 32) ^ x[1] ^ k[0], uint32_t(m1), uint32_t(m0 >> 32) ^ x[3] ^ k[1], uint32_t(m0)};
+  }
+  return x;
+}
+
+TEST(TransducerJoint, PhiloxKnownAnswers) {  // Random123's kat_vectors for philox4x32_10
+  using W = std::array<uint32_t, 4>;
+  EXPECT_EQ(philox({0, 0, 0, 0}, {0, 0}), (W{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}), (W{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+            (W{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+// Every element of dropout_mask is the contract's Philox bit of its packed number (0 in the
+// unpacked don't-care region), in both layouts, with about 1 - p kept; the bits do not depend on
+// the thread count or the layout, and change with the seed. A generated mask drives the forward.
+TEST(TransducerJoint, DropoutMaskIsPhiloxOfThePackedNumbering) {
+  for (DType dt : kDtypes)
+    for (double p : {0.0, 0.3, 0.9})
+      for (int64_t seed : {int64_t(0), int64_t(987654321012)}) {
+        std::vector<uint8_t> valid_bits[2];
+        for (int packed = 0; packed < 2; ++packed) {
+          SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " p " + std::to_string(p) + " seed " + std::to_string(seed) +
+                       " packed " + std::to_string(packed));
+          Case c(dt, 4, 9, 6, 37, 17);
+          c.packed = packed;
+          c.drop = p;
+          c.repack();
+          std::string err;
+          ASSERT_EQ(c.generate(seed, &err, 1), 0) << err;
+          int64_t kept = 0, valid_n = 0;
+          for (int64_t b = 0; b < c.nb; ++b)
+            for (int64_t t = 0; t < c.nt; ++t)
+              for (int64_t u = 0; u < c.nu; ++u) {
+                const int64_t r = c.row(b, t, u);
+                if (r < 0) continue;
+                const bool valid = t < c.fl[size_t(b)] && u < c.gl[size_t(b)];
+                for (int64_t k = 0; k < c.nh; ++k) {
+                  const double got = c.mask.at(r * c.nh + k);
+                  if (!valid) {
+                    ASSERT_EQ(got, 0.0) << "don't-care " << r * c.nh + k;
+                    continue;
+                  }
+                  const int64_t num = ((b ? c.off[size_t(b - 1)] : 0) + t * c.gl[size_t(b)] + u) * c.nh + k;
+                  const auto w = philox({uint32_t(uint64_t(num) / 4), uint32_t(uint64_t(num) / 4 >> 32), 0, 0},
+                                        {uint32_t(uint64_t(seed)), uint32_t(uint64_t(seed) >> 32)});
+                  const double want = double(w[size_t(num % 4)]) < (1.0 - p) * 4294967296.0 ? 1.0 : 0.0;
+                  ASSERT_EQ(got, want) << "element " << r * c.nh + k << " (number " << num << ")";
+                  kept += got != 0;
+                  ++valid_n;
+                  valid_bits[packed].push_back(uint8_t(got));
+                }
+              }
+          ASSERT_GT(valid_n, 1000);
+          if (p == 0) EXPECT_EQ(kept, valid_n);
+          const double frac = double(kept) / double(valid_n), sd = std::sqrt(p * (1 - p) / double(valid_n));
+          EXPECT_NEAR(frac, 1 - p, 5 * sd + 1e-12) << kept << " of " << valid_n;
+          const auto one = c.mask.bytes;
+          for (int threads : {2, 3, 4}) {
+            ASSERT_EQ(c.generate(seed, &err, threads), 0) << err;
+            EXPECT_TRUE(c.mask.bytes == one) << threads << " threads";
+          }
+          if (p > 0) {
+            ASSERT_EQ(c.generate(seed + 1, &err), 0) << err;
+            EXPECT_FALSE(c.mask.bytes == one) << "seed + 1 gives the same mask";
+            ASSERT_EQ(c.generate(seed, &err), 0) << err;
+            c.relu = true;
+            ASSERT_EQ(c.forward(), 0);
+            c.check_forward();
+            ASSERT_EQ(c.backward(), 0);
+            c.check_backward();
+          }
+        }
+        EXPECT_TRUE(valid_bits[0] == valid_bits[1]) << "packed and unpacked masks differ";
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+TEST(TransducerJoint, DropoutMaskBadArgumentsNameTheArgument) {
+  struct Bad {
+    const char* what;
+    DType dt;
+    opf::Shape shape;
+    int32_t f_len0;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {"f32 mask", DType::f32, {2, 3, 4, 5}, -1, "argument 5 (mask) has dtype f32, expected u8"},
+      {"wrong U", DType::u8, {2, 3, 3, 5}, -1, "argument 5 (mask) has size 3 in dim 2, expected 4"},
+      {"f_len past T", DType::u8, {2, 3, 4, 5}, 4, "f_len[0] = 4 is outside [0, 3] (T of f)"},
+  };
+  for (const Bad& b : bad) {
+    Case c(DType::f32, 2, 3, 4, 5);
+    c.drop = 0.5;
+    if (b.f_len0 >= 0) c.fl[0] = b.f_len0;
+    c.mask = Buf(b.dt, 2 * 3 * 4 * 6);
+    c.bad_mask = b.shape;
+    std::string err;
+    EXPECT_NE(c.generate(1, &err), 0) << b.what;
+    EXPECT_NE(err.find(std::string("dropout_mask: ") + b.needle), std::string::npos) << b.what << ": " << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    for (int64_t i = 0; i < c.mask.size(); ++i) ASSERT_EQ(c.mask.at(i), 171.0)
+        << b.what << ": mask written";
   }
 }
 
@@ -356,6 +729,7 @@ TEST(TransducerJoint, BadArgumentsFailWithAOneLineReason) {
   auto rest = [&](opf::CallBuilder& b) {
     b.add("f_len", c.fl.data(), DType::i32, {2}).add("g_len", c.gl.data(), DType::i32, {2});
     b.add("batch_offset", c.off.data(), DType::i64, {2});
+    b.add("mask", nullptr, DType::u8, {0});  // dropout off: the empty form
   };
   struct Bad {
     const char* what;
@@ -382,12 +756,14 @@ TEST(TransducerJoint, BadArgumentsFailWithAOneLineReason) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          b.add("f_len", len64.data(), DType::i64, {2}).add("g_len", c.gl.data(), DType::i32, {2});
          b.add("batch_offset", c.off.data(), DType::i64, {2});
+         b.add("mask", nullptr, DType::u8, {0});
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
        }, "(f_len) has dtype i64, expected i32"},
       {"g_len length", [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          b.add("f_len", c.fl.data(), DType::i32, {2}).add("g_len", c.gl.data(), DType::i32, {1});
          b.add("batch_offset", c.off.data(), DType::i64, {2});
+         b.add("mask", nullptr, DType::u8, {0});
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
        }, "(g_len) has size 1 in dim 0, expected 2"},
       {"h shape", [&](opf::CallBuilder& b) {
