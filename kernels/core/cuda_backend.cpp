@@ -67,16 +67,28 @@ struct Driver {
         load_error = std::string("CUDA driver too old: libcuda.so.1 lacks ") + name;
       }
     };
-#define OPF_CU_SYM(fn) sym(fn, OPF_STR(fn));
-    OPF_CU_SYM(cuInit)
-    OPF_CU_SYM(cuDriverGetVersion) OPF_CU_SYM(cuDeviceGetCount) OPF_CU_SYM(cuDeviceGet) OPF_CU_SYM(cuDeviceGetAttribute)
-        OPF_CU_SYM(cuDeviceGetName) OPF_CU_SYM(cuDevicePrimaryCtxRetain) OPF_CU_SYM(cuCtxSetCurrent)
-            OPF_CU_SYM(cuCtxSynchronize) OPF_CU_SYM(cuModuleLoadData) OPF_CU_SYM(cuModuleUnload)
-                OPF_CU_SYM(cuModuleGetFunction) OPF_CU_SYM(cuModuleGetGlobal) OPF_CU_SYM(cuMemAlloc)
-                    OPF_CU_SYM(cuMemFree) OPF_CU_SYM(cuMemcpyHtoD) OPF_CU_SYM(cuMemcpyDtoH) OPF_CU_SYM(cuLaunchKernel)
-                        OPF_CU_SYM(cuGetErrorName)
+#define OPF_CU_SYM(fn) sym(fn, OPF_STR(fn))
+    OPF_CU_SYM(cuInit);
+    OPF_CU_SYM(cuDriverGetVersion);
+    OPF_CU_SYM(cuDeviceGetCount);
+    OPF_CU_SYM(cuDeviceGet);
+    OPF_CU_SYM(cuDeviceGetAttribute);
+    OPF_CU_SYM(cuDeviceGetName);
+    OPF_CU_SYM(cuDevicePrimaryCtxRetain);
+    OPF_CU_SYM(cuCtxSetCurrent);
+    OPF_CU_SYM(cuCtxSynchronize);
+    OPF_CU_SYM(cuModuleLoadData);
+    OPF_CU_SYM(cuModuleUnload);
+    OPF_CU_SYM(cuModuleGetFunction);
+    OPF_CU_SYM(cuModuleGetGlobal);
+    OPF_CU_SYM(cuMemAlloc);
+    OPF_CU_SYM(cuMemFree);
+    OPF_CU_SYM(cuMemcpyHtoD);
+    OPF_CU_SYM(cuMemcpyDtoH);
+    OPF_CU_SYM(cuLaunchKernel);
+    OPF_CU_SYM(cuGetErrorName);
 #undef OPF_CU_SYM
-                            if (!ok) handle = nullptr;  // kept loaded (dlclose of a driver is not worth the risk)
+    if (!ok) handle = nullptr;  // kept loaded (dlclose of a driver is not worth the risk)
   }
 
   std::string error(int rc) const {
@@ -244,13 +256,18 @@ struct Nvrtc {
         load_error = path + " lacks " + name;
       }
     };
-#define OPF_NVRTC_SYM(fn) sym(fn, #fn);
-    OPF_NVRTC_SYM(nvrtcVersion)
-    OPF_NVRTC_SYM(nvrtcGetErrorString) OPF_NVRTC_SYM(nvrtcCreateProgram) OPF_NVRTC_SYM(nvrtcCompileProgram)
-        OPF_NVRTC_SYM(nvrtcDestroyProgram) OPF_NVRTC_SYM(nvrtcGetProgramLogSize) OPF_NVRTC_SYM(nvrtcGetProgramLog)
-            OPF_NVRTC_SYM(nvrtcGetCUBINSize) OPF_NVRTC_SYM(nvrtcGetCUBIN)
+#define OPF_NVRTC_SYM(fn) sym(fn, #fn)
+    OPF_NVRTC_SYM(nvrtcVersion);
+    OPF_NVRTC_SYM(nvrtcGetErrorString);
+    OPF_NVRTC_SYM(nvrtcCreateProgram);
+    OPF_NVRTC_SYM(nvrtcCompileProgram);
+    OPF_NVRTC_SYM(nvrtcDestroyProgram);
+    OPF_NVRTC_SYM(nvrtcGetProgramLogSize);
+    OPF_NVRTC_SYM(nvrtcGetProgramLog);
+    OPF_NVRTC_SYM(nvrtcGetCUBINSize);
+    OPF_NVRTC_SYM(nvrtcGetCUBIN);
 #undef OPF_NVRTC_SYM
-                if (!ok) handle = nullptr;
+    if (!ok) handle = nullptr;
   }
 };
 

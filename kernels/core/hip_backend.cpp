@@ -70,19 +70,33 @@ struct Runtime {
         load_error = path + " lacks " + name;
       }
     };
-#define OPF_HIP_SYM(fn) sym(fn, #fn);
-    OPF_HIP_SYM(hipGetDeviceCount)
-    OPF_HIP_SYM(hipGetDeviceProperties) OPF_HIP_SYM(hipRuntimeGetVersion) OPF_HIP_SYM(hipSetDevice)
-        OPF_HIP_SYM(hipDeviceSynchronize) OPF_HIP_SYM(hipModuleLoadData) OPF_HIP_SYM(hipModuleUnload)
-            OPF_HIP_SYM(hipModuleGetFunction) OPF_HIP_SYM(hipModuleGetGlobal) OPF_HIP_SYM(hipModuleLaunchKernel)
-                OPF_HIP_SYM(hipMalloc) OPF_HIP_SYM(hipFree) OPF_HIP_SYM(hipMemcpyHtoD) OPF_HIP_SYM(hipMemcpyDtoH)
-                    OPF_HIP_SYM(hipGetErrorName) OPF_HIP_SYM(hiprtcVersion) OPF_HIP_SYM(hiprtcGetErrorString)
-                        OPF_HIP_SYM(hiprtcCreateProgram) OPF_HIP_SYM(hiprtcCompileProgram)
-                            OPF_HIP_SYM(hiprtcDestroyProgram) OPF_HIP_SYM(hiprtcGetProgramLogSize)
-                                OPF_HIP_SYM(hiprtcGetProgramLog) OPF_HIP_SYM(hiprtcGetCodeSize)
-                                    OPF_HIP_SYM(hiprtcGetCode)
+#define OPF_HIP_SYM(fn) sym(fn, #fn)
+    OPF_HIP_SYM(hipGetDeviceCount);
+    OPF_HIP_SYM(hipGetDeviceProperties);
+    OPF_HIP_SYM(hipRuntimeGetVersion);
+    OPF_HIP_SYM(hipSetDevice);
+    OPF_HIP_SYM(hipDeviceSynchronize);
+    OPF_HIP_SYM(hipModuleLoadData);
+    OPF_HIP_SYM(hipModuleUnload);
+    OPF_HIP_SYM(hipModuleGetFunction);
+    OPF_HIP_SYM(hipModuleGetGlobal);
+    OPF_HIP_SYM(hipModuleLaunchKernel);
+    OPF_HIP_SYM(hipMalloc);
+    OPF_HIP_SYM(hipFree);
+    OPF_HIP_SYM(hipMemcpyHtoD);
+    OPF_HIP_SYM(hipMemcpyDtoH);
+    OPF_HIP_SYM(hipGetErrorName);
+    OPF_HIP_SYM(hiprtcVersion);
+    OPF_HIP_SYM(hiprtcGetErrorString);
+    OPF_HIP_SYM(hiprtcCreateProgram);
+    OPF_HIP_SYM(hiprtcCompileProgram);
+    OPF_HIP_SYM(hiprtcDestroyProgram);
+    OPF_HIP_SYM(hiprtcGetProgramLogSize);
+    OPF_HIP_SYM(hiprtcGetProgramLog);
+    OPF_HIP_SYM(hiprtcGetCodeSize);
+    OPF_HIP_SYM(hiprtcGetCode);
 #undef OPF_HIP_SYM
-                                        if (!ok) handle = nullptr;
+    if (!ok) handle = nullptr;
   }
 
   std::string error(int rc) const {
