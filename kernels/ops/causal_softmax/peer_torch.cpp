@@ -71,7 +71,8 @@ class Run final : public PeerRun {
 std::unique_ptr<PeerRun> make(const PeerCase& c, const DrawnCase& drawn) { return std::make_unique<Run>(c, drawn); }
 
 std::string unsupported(const PeerCase& c) {
-  if (c.shape.size() != 3 || c.shape[1] != c.shape[2]) return "causal_softmax shapes are [attn_batches, sq, sk], sq == sk";
+  if (c.shape.size() != 3 || c.shape[1] != c.shape[2])
+    return "causal_softmax shapes are [attn_batches, sq, sk], sq == sk";
   return probe(c, "causal_softmax", {2, 5, 5}, make);
 }
 

@@ -48,15 +48,15 @@ struct Rope {
   int64_t is[4];
   void* out;
   int64_t os[4];
-  const float* freqs;      // [positions.., d2] dense; null for the cached entries
-  const void* cos;         // cached: T (or f32: cos_f32) [positions, d2] dense
+  const float* freqs;  // [positions.., d2] dense; null for the cached entries
+  const void* cos;     // cached: T (or f32: cos_f32) [positions, d2] dense
   const void* sin;
   bool cos_f32;
-  const int32_t* cu;       // thd: cu_seqlens [nseq + 1], validated; null for sbhd
+  const int32_t* cu;  // thd: cu_seqlens [nseq + 1], validated; null for sbhd
   int64_t nseq;
-  int64_t positions;       // table rows: s, or the longest thd sequence
-  int64_t img_h, img_w;    // 2-D entries (img_w > 0): the image; cos/sin are then null
-  const void* tab[4];      // 2-D: cos_h, sin_h, cos_w, sin_w, [rows >= image side, d / 2] dense
+  int64_t positions;     // table rows: s, or the longest thd sequence
+  int64_t img_h, img_w;  // 2-D entries (img_w > 0): the image; cos/sin are then null
+  const void* tab[4];    // 2-D: cos_h, sin_h, cos_w, sin_w, [rows >= image side, d / 2] dense
 };
 }  // namespace opf::fused_rope_cpu
 #endif  // OPF_FUSED_ROPE_CPU_COMMON
@@ -277,8 +277,10 @@ void RopeT(const Rope& a) {
 }
 
 // One per entry: a JIT specialization compiles only its own entry's kernels (cpu/storage.h).
-#define OPF_ROPE_ENTRY(fn, name) \
-  void fn(const Rope& a) { opf::cpu::run_storage<name>(a.dtype, [&](auto s) { RopeT<decltype(s)>(a); }); }
+#define OPF_ROPE_ENTRY(fn, name)                                                  \
+  void fn(const Rope& a) {                                                        \
+    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { RopeT<decltype(s)>(a); }); \
+  }
 OPF_ROPE_ENTRY(RunForward, "forward")
 OPF_ROPE_ENTRY(RunBackward, "backward")
 OPF_ROPE_ENTRY(RunForwardCached, "forward_cached")
@@ -288,8 +290,10 @@ OPF_ROPE_ENTRY(RunBackwardCachedF32, "backward_cached_f32")
 OPF_ROPE_ENTRY(RunForwardThd, "forward_thd")
 OPF_ROPE_ENTRY(RunBackwardThd, "backward_thd")
 #undef OPF_ROPE_ENTRY
-#define OPF_ROPE_2D_ENTRY(fn, name) \
-  void fn(const Rope& a) { opf::cpu::run_storage<name>(a.dtype, [&](auto s) { Rope2dT<decltype(s)>(a); }); }
+#define OPF_ROPE_2D_ENTRY(fn, name)                                                 \
+  void fn(const Rope& a) {                                                          \
+    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { Rope2dT<decltype(s)>(a); }); \
+  }
 OPF_ROPE_2D_ENTRY(RunForward2d, "forward_2d")
 OPF_ROPE_2D_ENTRY(RunBackward2d, "backward_2d")
 OPF_ROPE_2D_ENTRY(RunForward2dF32, "forward_2d_f32")
@@ -325,7 +329,8 @@ using namespace opf::cpu;
 // it is written).
 void expect_out(const Args& args, const opf_tensor& t, const opf_tensor& o, int i, const char* name) {
   if (o.dtype != t.dtype)
-    failf("%s: argument %d (%s) has dtype %s, expected %s", args.entry(), i, name, dtype_str(o.dtype), dtype_str(t.dtype));
+    failf("%s: argument %d (%s) has dtype %s, expected %s", args.entry(), i, name, dtype_str(o.dtype),
+          dtype_str(t.dtype));
   if (o.ndim != t.ndim) failf("%s: argument %d (%s) has %d dims, expected %d", args.entry(), i, name, o.ndim, t.ndim);
   for (int k = 0; k < t.ndim; ++k)
     if (o.shape[k] != t.shape[k])
@@ -429,9 +434,10 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
   if (t.data == nullptr && numel(t) > 0) failf("%s: argument 0 (%s) has no data", args.entry(), in_name);
   const int64_t d = t.shape[3];
   if (d % 4 != 0)
-    failf("%s: argument 0 (%s) has d = %lld; the 2-D variant needs d divisible by 4 (two halves of d / 2, "
-          "each rotated half against half)",
-          args.entry(), in_name, (long long)d);
+    failf(
+        "%s: argument 0 (%s) has d = %lld; the 2-D variant needs d divisible by 4 (two halves of d / 2, "
+        "each rotated half against half)",
+        args.entry(), in_name, (long long)d);
   const int32_t table_dtype = cos_f32 ? int32_t(OPF_F32) : t.dtype;
   static const char* const names[4] = {"cos_h", "sin_h", "cos_w", "sin_w"};
   int64_t rows[4];
@@ -441,7 +447,8 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
       failf("%s: argument %d (%s) has %lld rows, expected %lld as %s", args.entry(), k + 1, names[k],
             (long long)rows[k], (long long)rows[k - 1], names[k - 1]);
   const int64_t ph = args.i64(0, "img_h"), pw = args.i64(1, "img_w");
-  if (ph < 0 || pw < 0) failf("%s: params img_h (%lld) and img_w (%lld) must be >= 0", args.entry(), (long long)ph, (long long)pw);
+  if (ph < 0 || pw < 0)
+    failf("%s: params img_h (%lld) and img_w (%lld) must be >= 0", args.entry(), (long long)ph, (long long)pw);
   const int64_t img_h = ph ? ph : rows[0], img_w = pw ? pw : rows[2];
   if (img_h > rows[0])
     failf("%s: argument 1 (cos_h) has %lld rows, fewer than the image's img_h = %lld", args.entry(), (long long)rows[0],
@@ -450,10 +457,10 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
     failf("%s: argument 3 (cos_w) has %lld rows, fewer than the image's img_w = %lld", args.entry(), (long long)rows[2],
           (long long)img_w);
   if (img_h * img_w != t.shape[1])
-    failf("%s: param img_h x img_w = %lld x %lld = %lld (0 = the table's rows) does not match argument 0 (%s)'s "
-          "sequence dim %lld",
-          args.entry(), (long long)img_h, (long long)img_w, (long long)(img_h * img_w), in_name,
-          (long long)t.shape[1]);
+    failf(
+        "%s: param img_h x img_w = %lld x %lld = %lld (0 = the table's rows) does not match argument 0 (%s)'s "
+        "sequence dim %lld",
+        args.entry(), (long long)img_h, (long long)img_w, (long long)(img_h * img_w), in_name, (long long)t.shape[1]);
   const opf_tensor& o = args.tensor(5, out_name, /*view=*/true);
   expect_out(args, t, o, 5, out_name);
   if (!execute || numel(t) == 0) return;
@@ -486,10 +493,11 @@ void call(const opf_call* c, bool execute) {
   if (!(entry == "forward" || entry == "backward" || entry == "forward_cached" || entry == "backward_cached" ||
         entry == "forward_cached_f32" || entry == "backward_cached_f32" || entry == "forward_thd" ||
         entry == "backward_thd"))
-    failf("unknown entry '%.40s' (fused_rope has forward, backward, forward_cached, backward_cached, "
-          "forward_cached_f32, backward_cached_f32, forward_thd, backward_thd, forward_2d, backward_2d, "
-          "forward_2d_f32, backward_2d_f32)",
-          c->entry ? c->entry : "");
+    failf(
+        "unknown entry '%.40s' (fused_rope has forward, backward, forward_cached, backward_cached, "
+        "forward_cached_f32, backward_cached_f32, forward_thd, backward_thd, forward_2d, backward_2d, "
+        "forward_2d_f32, backward_2d_f32)",
+        c->entry ? c->entry : "");
   const char* in_name = backward ? "grad_out" : "t";
   const char* out_name = backward ? "grad_t" : "out";
   const Args args(c, cached || thd ? 4 : 3, 2);  // img_h, img_w: the 2-D entries' params

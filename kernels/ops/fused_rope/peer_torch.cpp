@@ -26,13 +26,17 @@ using namespace torch_peer;
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry.starts_with("backward")), cached_(c.entry.find("_cached") != std::string_view::npos),
-        two_d_(c.entry.find("_2d") != std::string_view::npos), T_(scalar_type(c.dtype)), d2_(c.shape[4]),
+      : backward_(c.entry.starts_with("backward")),
+        cached_(c.entry.find("_cached") != std::string_view::npos),
+        two_d_(c.entry.find("_2d") != std::string_view::npos),
+        T_(scalar_type(c.dtype)),
+        d2_(c.shape[4]),
         buf_(drawn) {
     use_threads(c.threads);
     in_ = buf_.arg(backward_ ? "grad_out" : "t");
     if (two_d_) {
-      const int64_t q = in_.size(3) / 2, ph = int64_t(drawn.params.get("img_h")), pw = int64_t(drawn.params.get("img_w"));
+      const int64_t q = in_.size(3) / 2, ph = int64_t(drawn.params.get("img_h")),
+                    pw = int64_t(drawn.params.get("img_w"));
       const at::Tensor ch = buf_.arg("cos_h"), cw = buf_.arg("cos_w");
       img_h_ = ph ? ph : ch.size(1);
       img_w_ = pw ? pw : cw.size(1);

@@ -36,18 +36,18 @@ namespace opf::suites::peers::rope_unfused {
 struct Pass {
   int32_t dtype;
   int64_t r0, r1, bh, d, d2;
-  int64_t ld;         // row stride of in/out (d, or the 2-D entries' full head dim)
-  int64_t s, img_w;   // 2-D (img_w > 0): token k = (r / bh) % s at image row k / img_w, column k % img_w
-  int axis;           // 2-D: 0 = table row by image row (cos_h), 1 = by column (cos_w)
-  const void* in;     // t or grad_out [R, d], T
-  const float* cs;    // [s, d2], T values
+  int64_t ld;        // row stride of in/out (d, or the 2-D entries' full head dim)
+  int64_t s, img_w;  // 2-D (img_w > 0): token k = (r / bh) % s at image row k / img_w, column k % img_w
+  int axis;          // 2-D: 0 = table row by image row (cos_h), 1 = by column (cos_w)
+  const void* in;    // t or grad_out [R, d], T
+  const float* cs;   // [s, d2], T values
   const float* sn;
-  float* a;           // [R, d2]  in_rot * cos
-  float* b;           // [R, d2]  forward: rot * sin; backward: in_rot * sin
-  float* neg;         // [R, H]
-  float* rot;         // [R, d2]
-  float* sum;         // [R, d2]
-  void* out;          // [R, d], T
+  float* a;    // [R, d2]  in_rot * cos
+  float* b;    // [R, d2]  forward: rot * sin; backward: in_rot * sin
+  float* neg;  // [R, H]
+  float* rot;  // [R, d2]
+  float* sum;  // [R, d2]
+  void* out;   // [R, d], T
 };
 }  // namespace opf::suites::peers::rope_unfused
 #endif  // OPF_ROPE_PEER_UNFUSED_COMMON
@@ -184,8 +184,10 @@ void CatOutT(const Pass& p) {
   }
 }
 
-#define OPF_ROPE_PEER_STORAGE(Name) \
-  void Name(const Pass& p) { opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); }
+#define OPF_ROPE_PEER_STORAGE(Name)                                            \
+  void Name(const Pass& p) {                                                   \
+    opf::cpu::with_storage(p.dtype, [&](auto s) { Name##T<decltype(s)>(p); }); \
+  }
 OPF_ROPE_PEER_STORAGE(MulCos)
 OPF_ROPE_PEER_STORAGE(MulSin)
 OPF_ROPE_PEER_STORAGE(NegHi)
@@ -254,9 +256,15 @@ void rope_passes(bool backward, F&& rows) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry.starts_with("backward")), cached_(c.entry.find("_cached") != std::string_view::npos),
-        threads_(std::max(1, c.threads)), host_(host_threads(threads_)), dtype_(c.dtype), s_(c.shape[0]),
-        rows_(c.shape[0] * c.shape[1] * c.shape[2]), d_(c.shape[3]), d2_(c.shape[4]) {
+      : backward_(c.entry.starts_with("backward")),
+        cached_(c.entry.find("_cached") != std::string_view::npos),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
+        dtype_(c.dtype),
+        s_(c.shape[0]),
+        rows_(c.shape[0] * c.shape[1] * c.shape[2]),
+        d_(c.shape[3]),
+        d2_(c.shape[4]) {
     const size_t rd2 = size_t(rows_ * d2_), sd2 = size_t(s_ * d2_);
     cs_.resize(sd2);
     sn_.resize(sd2);
@@ -275,9 +283,25 @@ class Run final : public PeerRun {
     rot_.reset(new float[rd2]);
     sum_.reset(new float[rd2]);
     out_.resize(size_t(rows_ * d_) * dtype_size(dtype_));
-    base_ = Pass{int32_t(dtype_), 0, 0, c.shape[1] * c.shape[2], d_, d2_, d_, 0, 0, 0,
-                 arg(drawn, backward_ ? "grad_out" : "t").bytes.data(), cs_.data(), sn_.data(), a_.get(), b_.get(),
-                 neg_.get(), rot_.get(), sum_.get(), out_.data()};
+    base_ = Pass{int32_t(dtype_),
+                 0,
+                 0,
+                 c.shape[1] * c.shape[2],
+                 d_,
+                 d2_,
+                 d_,
+                 0,
+                 0,
+                 0,
+                 arg(drawn, backward_ ? "grad_out" : "t").bytes.data(),
+                 cs_.data(),
+                 sn_.data(),
+                 a_.get(),
+                 b_.get(),
+                 neg_.get(),
+                 rot_.get(),
+                 sum_.get(),
+                 out_.data()};
   }
 
   void run() override {
@@ -325,7 +349,9 @@ class Run final : public PeerRun {
 class Run2d final : public PeerRun {
  public:
   Run2d(const PeerCase& c, const DrawnCase& drawn)
-      : backward_(c.entry.starts_with("backward")), threads_(std::max(1, c.threads)), host_(host_threads(threads_)),
+      : backward_(c.entry.starts_with("backward")),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
         dtype_(c.dtype) {
     const HostArg& t = arg(drawn, backward_ ? "grad_out" : "t");
     const Shape& sh = t.desc->shape;  // [b, s, h, d]
@@ -347,8 +373,9 @@ class Run2d final : public PeerRun {
     rot_.reset(new float[rq]);
     sum_.reset(new float[rq]);
     out_.resize(size_t(rows_ * d_) * dtype_size(dtype_));
-    base_ = Pass{int32_t(dtype_), 0, 0, sh[2], q, q, d_, sh[1], img_w, 0, t.bytes.data(), nullptr, nullptr,
-                 a_.get(), b_.get(), neg_.get(), rot_.get(), sum_.get(), out_.data()};
+    base_ =
+        Pass{int32_t(dtype_), 0,       0,       sh[2],    q,        q,          d_,         sh[1],      img_w,      0,
+             t.bytes.data(),  nullptr, nullptr, a_.get(), b_.get(), neg_.get(), rot_.get(), sum_.get(), out_.data()};
   }
 
   void run() override {

@@ -5,8 +5,9 @@
 // element and its rotary partner; large angles; backward is forward's transpose; bad cu_seqlens
 // and other bad arguments fail with one line through the C++ API and `opforge op`, writing
 // nothing. 2-D (image) entries: the reference with tables longer than the image, views, each half
-// equal to the 1-D cached rotation of its axis, NaN reach, bad image sizes / d / tables. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module the
-// loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
+// equal to the 1-D cached rotation of its axis, NaN reach, bad image sizes / d / tables. Seeded inputs (seed printed);
+// outputs poisoned before every run. Runs the module the loader gives this build (prebuilt, or JIT-compiled in
+// mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -199,10 +200,12 @@ TEST(FusedRopeViews, InPlaceGivesTheOutOfPlaceBits) {
     Buf t = random_buf(DType::bf16, size_t(n), -1, 1, 21), f = random_buf(DType::f32, size_t(S * D2), -12, 12, 22);
     Buf want(DType::bf16, size_t(n));
     const Shape shape{S, B, H, D}, fshape{S, 1, 1, D2};
-    ASSERT_EQ(run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &want, shape}}),
+    ASSERT_EQ(run(entry,
+                  {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &want, shape}}),
               "");
-    ASSERT_EQ(run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &t, shape}}),
-              "");
+    ASSERT_EQ(
+        run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &t, shape}}),
+        "");
     EXPECT_TRUE(same_bits(t, want)) << entry;
   }
 }
@@ -222,18 +225,23 @@ TEST(FusedRopeThd, PositionsRestartInEverySequence) {
       const bool bwd = entry[0] == 'b';
       const char* in = bwd ? "grad_out" : "t";
       const char* outn = bwd ? "grad_t" : "out";
-      Buf t = random_buf(dt, size_t(total * H * D), -1, 1, 3), freqs = random_buf(DType::f32, size_t(MAXS * D2), -12, 12, 4);
+      Buf t = random_buf(dt, size_t(total * H * D), -1, 1, 3),
+          freqs = random_buf(DType::f32, size_t(MAXS * D2), -12, 12, 4);
       Buf cub(DType::i32, cu.size());
       for (size_t k = 0; k < cu.size(); ++k) cub.set(k, cu[k]);
       Buf out(dt, size_t(total * H * D));
       const Shape shape{total, H, D};
-      ASSERT_EQ(run(entry, {{in, &t, shape}, {"cu_seqlens", &cub, {int64_t(cu.size())}},
-                            {"freqs", &freqs, {MAXS, 1, 1, D2}}, {outn, &out, shape}}),
+      ASSERT_EQ(run(entry, {{in, &t, shape},
+                            {"cu_seqlens", &cub, {int64_t(cu.size())}},
+                            {"freqs", &freqs, {MAXS, 1, 1, D2}},
+                            {outn, &out, shape}}),
                 "");
       for (int threads : {1, 3}) {
         Buf again(dt, size_t(total * H * D));
         ASSERT_EQ(run(entry,
-                      {{in, &t, shape}, {"cu_seqlens", &cub, {int64_t(cu.size())}}, {"freqs", &freqs, {MAXS, 1, 1, D2}},
+                      {{in, &t, shape},
+                       {"cu_seqlens", &cub, {int64_t(cu.size())}},
+                       {"freqs", &freqs, {MAXS, 1, 1, D2}},
                        {outn, &again, shape}},
                       threads),
                   "");
@@ -262,8 +270,8 @@ TEST(FusedRopeValues, PassThroughColumnsAreCopiedExactly) {
     int64_t s, b, h, d, d2;
   };
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (const Shape5 sh : {Shape5{1, 1, 1, 2, 2}, Shape5{1, 1, 1, 1, 0}, Shape5{3, 2, 7, 131, 2}, Shape5{5, 1, 3, 64, 0},
-                            Shape5{2, 3, 1, 97, 94}}) {
+    for (const Shape5 sh : {Shape5{1, 1, 1, 2, 2}, Shape5{1, 1, 1, 1, 0}, Shape5{3, 2, 7, 131, 2},
+                            Shape5{5, 1, 3, 64, 0}, Shape5{2, 3, 1, 97, 94}}) {
       SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " d " + std::to_string(sh.d) + " d2 " + std::to_string(sh.d2));
       const size_t n = size_t(sh.s * sh.b * sh.h * sh.d);
       Buf t = random_buf(dt, n, -3, 3, 5), freqs = random_buf(DType::f32, size_t(sh.s * sh.d2), -12, 12, 6), out(dt, n);
@@ -307,7 +315,8 @@ TEST(FusedRopeValues, NanReachesTheElementAndItsPartnerOnly) {
 // range reduction must hold up against the float64 reference.
 TEST(FusedRopeValues, LargeAnglesMatchTheReference) {
   const int64_t S = 6, D = 32;
-  Buf t = random_buf(DType::f32, size_t(S * D), -1, 1, 9), freqs = random_buf(DType::f32, size_t(S * D), 1000, 9000, 10);
+  Buf t = random_buf(DType::f32, size_t(S * D), -1, 1, 9),
+      freqs = random_buf(DType::f32, size_t(S * D), 1000, 9000, 10);
   for (const char* entry : {"forward", "backward"}) {
     const bool bwd = entry[0] == 'b';
     Buf out(DType::f32, size_t(S * D));
@@ -399,9 +408,10 @@ TEST(FusedRopeValues, EmptyTensors) {
     EXPECT_EQ(run("forward", {{"t", &t, shape}, {"freqs", &freqs, {shape[0], 1, 1, 8}}, {"out", &out, shape}}), "");
   }
   Buf t(DType::f32, 0), cu(DType::i32, 1, 0.0f), freqs(DType::f32, 0), out(DType::f32, 0);
-  EXPECT_EQ(run("forward_thd", {{"t", &t, {0, 2, 8}}, {"cu_seqlens", &cu, {1}}, {"freqs", &freqs, {0, 1, 1, 8}},
-                                {"out", &out, {0, 2, 8}}}),
-            "");
+  EXPECT_EQ(
+      run("forward_thd",
+          {{"t", &t, {0, 2, 8}}, {"cu_seqlens", &cu, {1}}, {"freqs", &freqs, {0, 1, 1, 8}}, {"out", &out, {0, 2, 8}}}),
+      "");
 }
 
 // ---------------------------------------------------------------- bad input
@@ -452,31 +462,44 @@ TEST(FusedRopeBad, OtherArgumentsFailWithAOneLineReason) {
   cu.set(1, 5);
   cu.set(2, 8);
   const std::vector<Case> cases = {
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, 7}}, {"out", &out, shape}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, 7}}, {"out", &out, shape}},
        "forward: argument 1 (freqs) has 7 rotary columns; d2 must be even and at most d = 8"},
-      {"forward", {{"t", &t, {S, B, H, 6}}, {"freqs", &f, {S, 1, 1, 8}}, {"out", &out, {S, B, H, 6}}},
+      {"forward",
+       {{"t", &t, {S, B, H, 6}}, {"freqs", &f, {S, 1, 1, 8}}, {"out", &out, {S, B, H, 6}}},
        "forward: argument 1 (freqs) has 8 rotary columns; d2 must be even and at most d = 6"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f16, {S, 1, 1, D}}, {"out", &out, shape}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f16, {S, 1, 1, D}}, {"out", &out, shape}},
        "forward: argument 1 (freqs) has dtype f16, expected f32"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S - 1, 1, 1, D}}, {"out", &out, shape}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S - 1, 1, 1, D}}, {"out", &out, shape}},
        "forward: argument 1 (freqs) has size 3 in dim 0, expected 4"},
-      {"backward", {{"grad_out", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"grad_t", &outh, shape}},
+      {"backward",
+       {{"grad_out", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"grad_t", &outh, shape}},
        "backward: argument 2 (grad_t) has dtype f16, expected f32"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, {S, B, H + 1, D}}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, {S, B, H + 1, D}}},
        "forward: argument 2 (out) has size 4 in dim 2, expected 3"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape, {B * H * D, 0, D, 1}}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape, {B * H * D, 0, D, 1}}},
        "forward: argument 2 (out) has stride 0 in dim 1; an output view needs positive strides"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape, {H * D, H * D, D, 1}}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape, {H * D, H * D, D, 1}}},
        "forward: argument 2 (out) overlaps itself (stride 24 in dim 1)"},
-      {"forward", {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &t, shape, {H * D, S * H * D, D, 1}}},
+      {"forward",
+       {{"t", &t, shape}, {"freqs", &f, {S, 1, 1, D}}, {"out", &t, shape, {H * D, S * H * D, D, 1}}},
        "forward: argument 2 (out) overlaps argument 0 (t) with another layout"},
-      {"forward_cached", {{"t", &t, shape}, {"cos", &f, {S, 1, 1, D}}, {"sin", &f, {S, 1, 1, 6}}, {"out", &out, shape}},
+      {"forward_cached",
+       {{"t", &t, shape}, {"cos", &f, {S, 1, 1, D}}, {"sin", &f, {S, 1, 1, 6}}, {"out", &out, shape}},
        "forward_cached: argument 2 (sin) has 6 columns, expected 8 as cos"},
-      {"forward_cached", {{"t", &t, shape}, {"cos", &f16, {S, 1, 1, D}}, {"sin", &f, {S, 1, 1, D}}, {"out", &out, shape}},
+      {"forward_cached",
+       {{"t", &t, shape}, {"cos", &f16, {S, 1, 1, D}}, {"sin", &f, {S, 1, 1, D}}, {"out", &out, shape}},
        "forward_cached: argument 1 (cos) has dtype f16, expected f32"},
-      {"forward_thd", {{"t", &t, {8, H, D}}, {"cu_seqlens", &cu, {3}}, {"freqs", &f, {4, 1, 1, D}}, {"out", &out, {8, H, D}}},
+      {"forward_thd",
+       {{"t", &t, {8, H, D}}, {"cu_seqlens", &cu, {3}}, {"freqs", &f, {4, 1, 1, D}}, {"out", &out, {8, H, D}}},
        "forward_thd: argument 2 (freqs) has 4 positions, fewer than the longest sequence in cu_seqlens (5)"},
-      {"forward_thd", {{"t", &t, shape}, {"cu_seqlens", &cu, {3}}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape}},
+      {"forward_thd",
+       {{"t", &t, shape}, {"cu_seqlens", &cu, {3}}, {"freqs", &f, {S, 1, 1, D}}, {"out", &out, shape}},
        "forward_thd: argument 0 (t) must be a 3-D f32/f16/bf16 tensor [total, h, d]"},
   };
   for (const Case& c : cases) {
@@ -551,8 +574,10 @@ TEST(FusedRope2d, MatchesTheReferenceWithLongTablesAndViews) {
       const Buf* tab[4] = {&ch, &sh, &cw, &sw};
       const Shape shape{B, S, H, D};
       auto tables = [&](int64_t rh, int64_t rw) {
-        return std::vector<Arg>{{"cos_h", &ch, {1, rh, 1, Q}}, {"sin_h", &sh, {1, rh, 1, Q}},
-                                {"cos_w", &cw, {1, rw, 1, Q}}, {"sin_w", &sw, {1, rw, 1, Q}}};
+        return std::vector<Arg>{{"cos_h", &ch, {1, rh, 1, Q}},
+                                {"sin_h", &sh, {1, rh, 1, Q}},
+                                {"cos_w", &cw, {1, rw, 1, Q}},
+                                {"sin_w", &sw, {1, rw, 1, Q}}};
       };
       auto args = [&](Arg x, Arg o, int64_t rh, int64_t rw) {
         std::vector<Arg> v{x};
@@ -604,9 +629,12 @@ TEST(FusedRope2d, EachHalfIsTheCachedRotationOfItsAxis) {
         const Shape shape{g.b, S, g.h, g.d};
         Buf got(dt, size_t(n));
         ASSERT_EQ(run_2d(entry,
-                         {{bwd ? "grad_out" : "t", &t, shape}, {"cos_h", &ch, {1, g.ih, 1, Q}},
-                          {"sin_h", &sh, {1, g.ih, 1, Q}}, {"cos_w", &cw, {1, g.iw, 1, Q}},
-                          {"sin_w", &sw, {1, g.iw, 1, Q}}, {bwd ? "grad_t" : "out", &got, shape}},
+                         {{bwd ? "grad_out" : "t", &t, shape},
+                          {"cos_h", &ch, {1, g.ih, 1, Q}},
+                          {"sin_h", &sh, {1, g.ih, 1, Q}},
+                          {"cos_w", &cw, {1, g.iw, 1, Q}},
+                          {"sin_w", &sw, {1, g.iw, 1, Q}},
+                          {bwd ? "grad_t" : "out", &got, shape}},
                          0, 0),
                   "");
         Buf want(dt, size_t(n));
@@ -627,8 +655,10 @@ TEST(FusedRope2d, EachHalfIsTheCachedRotationOfItsAxis) {
           if (half)
             for (int64_t i = 0; i + Q < n; ++i) tv.set(size_t(i), t.get(size_t(i + Q)));
           const char* cached = bwd ? "backward_cached" : "forward_cached";
-          ASSERT_EQ(run(cached, {{bwd ? "grad_out" : "t", &tv, hs, hv}, {"cos", &cs, {S, 1, 1, Q}},
-                                 {"sin", &sn, {S, 1, 1, Q}}, {bwd ? "grad_t" : "out", &wv, hs, hv}}),
+          ASSERT_EQ(run(cached, {{bwd ? "grad_out" : "t", &tv, hs, hv},
+                                 {"cos", &cs, {S, 1, 1, Q}},
+                                 {"sin", &sn, {S, 1, 1, Q}},
+                                 {bwd ? "grad_t" : "out", &wv, hs, hv}}),
                     "");
           for (int64_t r = 0; r < g.b * S * g.h; ++r)
             for (int64_t i = 0; i < Q; ++i) want.set(size_t(r * g.d + half * Q + i), wv.get(size_t(r * g.d + i)));
@@ -650,8 +680,11 @@ TEST(FusedRope2d, NanStaysInItsHalfAndPartner) {
       Buf out(DType::f32, size_t(n));
       const bool bwd = entry[0] == 'b';
       ASSERT_EQ(run_2d(entry,
-                       {{bwd ? "grad_out" : "t", &t, {B, S, H, D}}, {"cos_h", &tab, {1, IH, 1, Q}},
-                        {"sin_h", &tab, {1, IH, 1, Q}}, {"cos_w", &tab, {1, IW, 1, Q}}, {"sin_w", &tab, {1, IW, 1, Q}},
+                       {{bwd ? "grad_out" : "t", &t, {B, S, H, D}},
+                        {"cos_h", &tab, {1, IH, 1, Q}},
+                        {"sin_h", &tab, {1, IH, 1, Q}},
+                        {"cos_w", &tab, {1, IW, 1, Q}},
+                        {"sin_w", &tab, {1, IW, 1, Q}},
                         {bwd ? "grad_t" : "out", &out, {B, S, H, D}}},
                        IH, IW),
                 "");
@@ -727,8 +760,12 @@ TEST(FusedRope2d, EmptyTensors) {
   Buf t(DType::f32, 1, 1.0f), tab = random_buf(DType::f32, 16, -1, 1, 71), out(DType::f32, 1, 3.0f);
   for (const Shape& shape : {Shape{0, 6, 2, 8}, Shape{2, 6, 0, 8}}) {
     EXPECT_EQ(run_2d("forward_2d",
-                     {{"t", &t, shape}, {"cos_h", &tab, {1, 2, 1, 4}}, {"sin_h", &tab, {1, 2, 1, 4}},
-                      {"cos_w", &tab, {1, 3, 1, 4}}, {"sin_w", &tab, {1, 3, 1, 4}}, {"out", &out, shape}},
+                     {{"t", &t, shape},
+                      {"cos_h", &tab, {1, 2, 1, 4}},
+                      {"sin_h", &tab, {1, 2, 1, 4}},
+                      {"cos_w", &tab, {1, 3, 1, 4}},
+                      {"sin_w", &tab, {1, 3, 1, 4}},
+                      {"out", &out, shape}},
                      0, 0),
               "");
     EXPECT_EQ(out.get(0), 3.0f);
@@ -801,8 +838,8 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
   write_npy(D + "/cu_backwards.npy", "<i4", {4}, backwards, sizeof backwards);
   write_npy(D + "/cu_past.npy", "<i4", {3}, past, sizeof past);
   write_npy(D + "/cu_short.npy", "<i4", {3}, short_end, sizeof short_end);
-  const std::vector<std::string> thd = {"--entry", "forward_thd", "--in", "t=" + D + "/t.npy", "--in",
-                                        "freqs=" + D + "/freqs.npy"};
+  const std::vector<std::string> thd = {"--entry",           "forward_thd", "--in",
+                                        "t=" + D + "/t.npy", "--in",        "freqs=" + D + "/freqs.npy"};
   auto with = [](std::vector<std::string> v, std::initializer_list<std::string> more) {
     v.insert(v.end(), more);
     return v;
@@ -852,12 +889,11 @@ TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
   write_npy(D + "/w.npy", "<f4", {1, 3, 1, 4}, tab.data(), 3 * 4 * 4);
   write_npy(D + "/h3.npy", "<f4", {1, 2, 1, 3}, tab.data(), 2 * 3 * 4);
   write_npy(D + "/w3.npy", "<f4", {1, 4, 1, 3}, tab.data(), 4 * 3 * 4);
-  auto call = [&](const std::string& tf, const std::string& hf, const std::string& wf,
-                  std::vector<std::string> extra) {
-    std::vector<std::string> v = {"--entry", "forward_2d_f32", "--dtype", "f32", "--in", "t=" + D + "/" + tf,
-                                  "--in", "cos_h=" + D + "/" + hf, "--in", "sin_h=" + D + "/" + hf,
-                                  "--in", "cos_w=" + D + "/" + wf, "--in", "sin_w=" + D + "/" + wf,
-                                  "--out", D + "/out"};
+  auto call = [&](const std::string& tf, const std::string& hf, const std::string& wf, std::vector<std::string> extra) {
+    std::vector<std::string> v = {"--entry", "forward_2d_f32",        "--dtype", "f32",
+                                  "--in",    "t=" + D + "/" + tf,     "--in",    "cos_h=" + D + "/" + hf,
+                                  "--in",    "sin_h=" + D + "/" + hf, "--in",    "cos_w=" + D + "/" + wf,
+                                  "--in",    "sin_w=" + D + "/" + wf, "--out",   D + "/out"};
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };

@@ -52,9 +52,7 @@ struct Layout {
   const int64_t* offset;  // batch_offset (inclusive cumsum), read only when packed
   bool packed;
   // first row of batch b's (t, u) block; packed rows of b are t * g_len[b] + u from there
-  int64_t batch_row(int64_t b) const {
-    return packed ? (b ? offset[b - 1] : 0) : b * nt * nu;
-  }
+  int64_t batch_row(int64_t b) const { return packed ? (b ? offset[b - 1] : 0) : b * nt * nu; }
   int64_t row_stride_t(int64_t b) const { return packed ? g_len[b] : nu; }
 };
 // mask: the keep mask in h's layout, null without dropout; scale: the kept elements' factor
@@ -111,8 +109,8 @@ HWY_INLINE hn::Vec<D> KeepFactor(D d, const uint8_t* HWY_RESTRICT m, hn::Vec<D> 
 // the dropout factor with kDrop (a multiply, so a dropped NaN stays NaN, as torch's dropout).
 // stream: non-temporal stores (an h beyond the cache is not read back soon; no read-for-ownership).
 template <bool kRelu, bool kDrop, class S>
-HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, const uint8_t* HWY_RESTRICT m,
-                       float scale, S* HWY_RESTRICT y, size_t n, bool stream) {
+HWY_INLINE void AddRow(const S* HWY_RESTRICT f, const S* HWY_RESTRICT g, const uint8_t* HWY_RESTRICT m, float scale,
+                       S* HWY_RESTRICT y, size_t n, bool stream) {
   const hn::ScalableTag<float> d;
   const auto zero = hn::Zero(d);
   const auto vscale = hn::Set(d, scale);
@@ -149,7 +147,7 @@ void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
   S* h = static_cast<S*>(a.h);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
-    if (l.packed && t >= lf) continue;  // packed: no rows
+    if (l.packed && t >= lf) continue;                                      // packed: no rows
     const int64_t first = (l.batch_row(b) + t * l.row_stride_t(b)) * l.nh;  // element of (b, t, 0, 0)
     S* out = h + first;
     if (t >= lf) {  // unpacked, all U rows don't-care
@@ -243,8 +241,9 @@ void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vecto
   for (int64_t t = 0; t < lf; ++t) {
     std::fill(af.begin(), af.end(), 0.0f);
     for (int64_t u = 0; u < lg; ++u)
-      AccumulateRow<kRelu, kDrop>(dh + (t * st + u) * nh, f + t * nh, g + u * nh, kDrop ? m + (t * st + u) * nh : nullptr,
-                                  a.scale, af.data(), ag.data() + size_t(u) * w, w);
+      AccumulateRow<kRelu, kDrop>(dh + (t * st + u) * nh, f + t * nh, g + u * nh,
+                                  kDrop ? m + (t * st + u) * nh : nullptr, a.scale, af.data(),
+                                  ag.data() + size_t(u) * w, w);
     StoreSums(af.data(), df + t * nh, w);
   }
   for (int64_t t = lf; t < l.nt; ++t) FillRow(df + t * nh, w, 0.0f);
@@ -413,8 +412,8 @@ void call(const opf_call* c, bool execute) {
     const uint8_t* mask = expect_mask(args, 5, p, l, rows);
     void* h = expect_joint(args, 6, "h", f.dtype, l, rows).data;
     if (!execute || l.nb * l.nt * l.nh == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)(
-        Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, mask, scale, h});
+    HWY_DYNAMIC_DISPATCH(RunForward)
+    (Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, mask, scale, h});
   } else if (entry == "backward") {
     const Args args(c, 9, 4);
     const bool relu = args.flag(0, "relu"), packed = args.flag(1, "packed");
@@ -427,8 +426,8 @@ void call(const opf_call* c, bool execute) {
     void* df = expect_arg(args, 7, "grad_f", f.dtype, {l.nb, l.nt, l.nh}).data;
     void* dg = expect_arg(args, 8, "grad_g", f.dtype, {l.nb, l.nu, l.nh}).data;
     if (!execute || l.nb * l.nh == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunBackward)(
-        Backward{c->host, f.dtype, l, relu, mask, scale, dh, f.data, args.tensor(2, "g").data, df, dg});
+    HWY_DYNAMIC_DISPATCH(RunBackward)
+    (Backward{c->host, f.dtype, l, relu, mask, scale, dh, f.data, args.tensor(2, "g").data, df, dg});
   } else if (entry == "dropout_mask") {
     const Args args(c, 6, 4);
     const bool packed = args.flag(1, "packed");

@@ -159,7 +159,8 @@ void PassT(const Pass& p) {
           const int64_t t = over_u ? k : j, u = over_u ? j : k;
           const S* src = y + ((bb * p.nt + t) * p.nu + u) * p.nh;
           size_t c = 0;
-          for (; c + N <= n; c += N) hn::StoreU(hn::Add(hn::LoadU(d, acc.data() + c), LoadWiden(d, src + c)), d, acc.data() + c);
+          for (; c + N <= n; c += N)
+            hn::StoreU(hn::Add(hn::LoadU(d, acc.data() + c), LoadWiden(d, src + c)), d, acc.data() + c);
           for (; c < n; ++c) acc[c] += to_f32(src[c]);
         }
         S* o = x + r * p.nh;
@@ -195,9 +196,15 @@ std::string unsupported(const PeerCase& c) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : dt_(c.dtype), e_(dtype_size(c.dtype)), host_(host_threads(c.threads)), threads_(c.threads),
-        forward_(c.entry == "forward"), relu_(c.params.flag("relu")), packed_(c.params.flag("packed")),
-        drop_(c.params.get("dropout_prob") > 0), scale_(float(1.0 / (1.0 - c.params.get("dropout_prob")))) {
+      : dt_(c.dtype),
+        e_(dtype_size(c.dtype)),
+        host_(host_threads(c.threads)),
+        threads_(c.threads),
+        forward_(c.entry == "forward"),
+        relu_(c.params.flag("relu")),
+        packed_(c.params.flag("packed")),
+        drop_(c.params.get("dropout_prob") > 0),
+        scale_(float(1.0 / (1.0 - c.params.get("dropout_prob")))) {
     for (const HostArg& h : drawn.host) {
       const std::string& name = h.desc->name;
       if (name == "f") f_ = h.bytes, nb_ = h.desc->shape[0], nt_ = h.desc->shape[1], nh_ = h.desc->shape[2];
@@ -211,7 +218,8 @@ class Run final : public PeerRun {
       }
     }
     base_.assign(size_t(nb_), 0);
-    for (int64_t b = 1; b < nb_; ++b) base_[size_t(b)] = base_[size_t(b - 1)] + int64_t(fl_[size_t(b - 1)]) * gl_[size_t(b - 1)];
+    for (int64_t b = 1; b < nb_; ++b)
+      base_[size_t(b)] = base_[size_t(b - 1)] + int64_t(fl_[size_t(b - 1)]) * gl_[size_t(b - 1)];
     const int64_t rows = nb_ ? base_.back() + int64_t(fl_.back()) * gl_.back() : 0;
     full_.resize(size_t(nb_ * nt_ * nu_ * nh_) * e_);
     if (forward_) {
@@ -261,9 +269,22 @@ class Run final : public PeerRun {
   void pass(Op op, void* x, const void* y, const void* z, int64_t rows, float scale = 1.0f) {
     const int slices = std::max(threads_, 1);
     opf::cpu::parallel_for(host_, slices, [&](int64_t t) {
-      const Pass p{op,  int32_t(dt_), x,   y,   z,          rows * t / slices, rows * (t + 1) / slices,
-                   nb_, nt_,          nu_, nh_, fl_.data(), gl_.data(),        packed_ ? base_.data() : nullptr,
-                   reinterpret_cast<const uint8_t*>(mask_.data()), scale};
+      const Pass p{op,
+                   int32_t(dt_),
+                   x,
+                   y,
+                   z,
+                   rows * t / slices,
+                   rows * (t + 1) / slices,
+                   nb_,
+                   nt_,
+                   nu_,
+                   nh_,
+                   fl_.data(),
+                   gl_.data(),
+                   packed_ ? base_.data() : nullptr,
+                   reinterpret_cast<const uint8_t*>(mask_.data()),
+                   scale};
       if (p.r1 > p.r0) HWY_DYNAMIC_DISPATCH(RunPass)(p);
     });
   }

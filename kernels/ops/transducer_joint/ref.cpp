@@ -176,9 +176,10 @@ void reference(std::string_view entry, std::vector<RefArg>& a, const Params& p) 
   }
   // row of (b, t, u) in h / grad_h; -1 for a don't-care position of a packed tensor
   std::vector<int64_t> base(size_t(nb), 0);
-  for (int64_t b = 1; b < nb; ++b) base[size_t(b)] = base[size_t(b - 1)] + int64_t(fl[size_t(b - 1)] * gl[size_t(b - 1)]);
-  const int64_t rows = packed ? (nb ? base[size_t(nb - 1)] + int64_t(fl[size_t(nb - 1)] * gl[size_t(nb - 1)]) : 0)
-                               : nb * nt * nu;
+  for (int64_t b = 1; b < nb; ++b)
+    base[size_t(b)] = base[size_t(b - 1)] + int64_t(fl[size_t(b - 1)] * gl[size_t(b - 1)]);
+  const int64_t rows =
+      packed ? (nb ? base[size_t(nb - 1)] + int64_t(fl[size_t(nb - 1)] * gl[size_t(nb - 1)]) : 0) : nb * nt * nu;
   if (drop > 0 && mask.size() != size_t(rows * nh))
     throw Error("transducer_joint reference: the mask does not have h's layout");
   auto row = [&](int64_t b, int64_t t, int64_t u) -> int64_t {

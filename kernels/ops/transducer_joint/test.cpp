@@ -75,14 +75,27 @@ struct Case {
   std::vector<int64_t> off;
 
   Case(DType d, int64_t b, int64_t t, int64_t u, int64_t hh, uint64_t salt = 0)
-      : dt(d), nb(b), nt(t), nu(u), nh(hh), f(d, size_t(b * t * hh)), g(d, size_t(b * u * hh)), h(d, 0), dh(d, 0),
-        df(d, size_t(b * t * hh)), dg(d, size_t(b * u * hh)), fl(size_t(b)), gl(size_t(b)), off(size_t(b)) {
+      : dt(d),
+        nb(b),
+        nt(t),
+        nu(u),
+        nh(hh),
+        f(d, size_t(b * t * hh)),
+        g(d, size_t(b * u * hh)),
+        h(d, 0),
+        dh(d, 0),
+        df(d, size_t(b * t * hh)),
+        dg(d, size_t(b * u * hh)),
+        fl(size_t(b)),
+        gl(size_t(b)),
+        off(size_t(b)) {
     std::mt19937_64 rng(kSeed + salt);
     std::uniform_real_distribution<double> un(0.0, 1.0);
     auto fill = [&](Buf& x) {
       for (int64_t i = 0; i < x.size(); ++i) {
         double v;
-        do v = -1 + 2 * un(rng); while (std::fabs(v) < 1e-3);  // never zero: hides scaling bugs
+        do v = -1 + 2 * un(rng);
+        while (std::fabs(v) < 1e-3);  // never zero: hides scaling bugs
         x.set(i, v);
       }
     };
@@ -226,8 +239,10 @@ struct Case {
             sf[size_t((b * nt + t) * nh + c)] += x;
             sg[size_t((b * nu + u) * nh + c)] += x;
           }
-    for (int64_t i = 0; i < df.size() && !::testing::Test::HasFailure(); ++i) expect_bits(df, i, sf[size_t(i)], "grad_f");
-    for (int64_t i = 0; i < dg.size() && !::testing::Test::HasFailure(); ++i) expect_bits(dg, i, sg[size_t(i)], "grad_g");
+    for (int64_t i = 0; i < df.size() && !::testing::Test::HasFailure(); ++i)
+      expect_bits(df, i, sf[size_t(i)], "grad_f");
+    for (int64_t i = 0; i < dg.size() && !::testing::Test::HasFailure(); ++i)
+      expect_bits(dg, i, sg[size_t(i)], "grad_g");
   }
 };
 
@@ -237,7 +252,7 @@ const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 // U large enough that the backward's column block (208) shrinks below H (300 x 250), H over the
 // 1024-column cap (1031).
 TEST(TransducerJoint, EdgeShapesMatchTheContractBitwise) {
-  const int64_t shapes[][4] = {{1, 1, 1, 1},   {1, 1, 1, 17},  {3, 7, 5, 33},  {2, 13, 1, 64},
+  const int64_t shapes[][4] = {{1, 1, 1, 1},   {1, 1, 1, 17},  {3, 7, 5, 33},    {2, 13, 1, 64},
                                {4, 5, 11, 17}, {3, 3, 2, 513}, {2, 3, 300, 250}, {5, 2, 3, 1031}};
   // dropout on every other shape, to keep CI time (1 x 17, U = 1, H = 513 and 1031 past the column
   // cap); a shrunken column block meets it in SameBitsForEveryThreadCount
@@ -531,7 +546,8 @@ TEST(TransducerJoint, BadMaskNamesTheArgument) {
           << b.what << ": " << err;
       EXPECT_NE(err.find(b.needle), std::string::npos) << b.what << ": " << err;
       EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-      for (int64_t i = 0; !backward && i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << b.what << ": h written";
+      for (int64_t i = 0; !backward && i < c.h.size(); ++i)
+        ASSERT_TRUE(std::isnan(c.h.at(i))) << b.what << ": h written";
       for (int64_t i = 0; backward && i < c.df.size(); ++i) ASSERT_TRUE(std::isnan(c.df.at(i))) << b.what << ": grad_f";
       for (int64_t i = 0; backward && i < c.dg.size(); ++i) ASSERT_TRUE(std::isnan(c.dg.at(i))) << b.what << ": grad_g";
     }
@@ -652,8 +668,7 @@ TEST(TransducerJoint, DropoutMaskBadArgumentsNameTheArgument) {
     EXPECT_NE(c.generate(1, &err), 0) << b.what;
     EXPECT_NE(err.find(std::string("dropout_mask: ") + b.needle), std::string::npos) << b.what << ": " << err;
     EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-    for (int64_t i = 0; i < c.mask.size(); ++i) ASSERT_EQ(c.mask.at(i), 171.0)
-        << b.what << ": mask written";
+    for (int64_t i = 0; i < c.mask.size(); ++i) ASSERT_EQ(c.mask.at(i), 171.0) << b.what << ": mask written";
   }
 }
 
@@ -737,51 +752,67 @@ TEST(TransducerJoint, BadArgumentsFailWithAOneLineReason) {
     const char* needle;
   };
   const Bad bad[] = {
-      {"g dtype", [&](opf::CallBuilder& b) {
+      {"g dtype",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", g16.data(), DType::f16, {2, 4, 5});
          rest(b);
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(g) has dtype f16, expected f32"},
-      {"g H", [&](opf::CallBuilder& b) {
+       },
+       "(g) has dtype f16, expected f32"},
+      {"g H",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", gwide.data(), DType::f32, {2, 4, 6});
          rest(b);
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(g) has size 6 in dim 2, expected 5"},
-      {"f int", [&](opf::CallBuilder& b) {
+       },
+       "(g) has size 6 in dim 2, expected 5"},
+      {"f int",
+       [&](opf::CallBuilder& b) {
          b.add("f", i32.data(), DType::i32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          rest(b);
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(f) must be a 3-D f32/f16/bf16 tensor"},
-      {"f_len i64", [&](opf::CallBuilder& b) {
+       },
+       "(f) must be a 3-D f32/f16/bf16 tensor"},
+      {"f_len i64",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          b.add("f_len", len64.data(), DType::i64, {2}).add("g_len", c.gl.data(), DType::i32, {2});
          b.add("batch_offset", c.off.data(), DType::i64, {2});
          b.add("mask", nullptr, DType::u8, {0});
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(f_len) has dtype i64, expected i32"},
-      {"g_len length", [&](opf::CallBuilder& b) {
+       },
+       "(f_len) has dtype i64, expected i32"},
+      {"g_len length",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          b.add("f_len", c.fl.data(), DType::i32, {2}).add("g_len", c.gl.data(), DType::i32, {1});
          b.add("batch_offset", c.off.data(), DType::i64, {2});
          b.add("mask", nullptr, DType::u8, {0});
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(g_len) has size 1 in dim 0, expected 2"},
-      {"h shape", [&](opf::CallBuilder& b) {
+       },
+       "(g_len) has size 1 in dim 0, expected 2"},
+      {"h shape",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          rest(b);
          b.add("h", h.data(), DType::f32, {2, 4, 3, 5});
-       }, "(h) has size 4 in dim 1, expected 3"},
-      {"packed h rows", [&](opf::CallBuilder& b) {
+       },
+       "(h) has size 4 in dim 1, expected 3"},
+      {"packed h rows",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {2, 4, 5});
          rest(b);
          b.param("packed", 1);
          b.add("h", h.data(), DType::f32, {c.packed_rows() + 1, 5});
-       }, "(h) has size"},
-      {"g 2-D", [&](opf::CallBuilder& b) {
+       },
+       "(h) has size"},
+      {"g 2-D",
+       [&](opf::CallBuilder& b) {
          b.add("f", c.f.data(), DType::f32, {2, 3, 5}).add("g", c.g.data(), DType::f32, {8, 5});
          rest(b);
          b.add("h", h.data(), DType::f32, {2, 3, 4, 5});
-       }, "(g) has 2 dims, expected 3"},
+       },
+       "(g) has 2 dims, expected 3"},
   };
   for (const Bad& b : bad) {
     h.poison();
