@@ -6,8 +6,6 @@
 // module the loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,11 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,8 +23,11 @@
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "tests/op_cli_check.h"
 
 namespace {
+
+using namespace opf::op_cli_check;
 
 namespace fs = std::filesystem;
 using opf::DType;
@@ -265,61 +263,8 @@ TEST(BiasSwigluEdge, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
 }
 
 // ---------------------------------------------------------------- opforge op
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/opf_swiglu_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A little-endian C-order f32 .npy file (format 1.0).
-void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& v) {
-  std::string dims;
-  for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = uint16_t(header.size());
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  size_t n = 1;
-  for (int64_t d : shape) n *= size_t(d);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(n * 4));
-}
-
-std::set<std::string> listing(const std::string& dir) {
-  std::set<std::string> s;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) s.insert(e.path().filename().string());
-  return s;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string err;
-};
-
-CliResult opforge_op(const std::string& exe, const std::string& io, const std::vector<std::string>& args) {
-  std::string cmd = exe + " op bias_swiglu";
-  for (const auto& a : args) cmd += " '" + a + "'";  // test paths hold no quotes
-  cmd += " > " + io + "/stdout 2> " + io + "/stderr";
-  const int st = std::system(cmd.c_str());
-  std::ifstream f(io + "/stderr");
-  std::stringstream s;
-  s << f.rdbuf();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s.str()};
-}
-
 TEST(BiasSwigluCli, BadInputsExit2WithOneLineAndWriteNothing) {
-  const char* exe = std::getenv("OPFORGE_EXE");
-  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
   Swiglu p(4, 6);
@@ -331,16 +276,6 @@ TEST(BiasSwigluCli, BadInputsExit2WithOneLineAndWriteNothing) {
   write_npy(D + "/dy.npy", {4, 6}, p.dy);
   const std::vector<std::string> x = {"--in", "x=" + D + "/x.npy"}, b = {"--in", "bias=" + D + "/bias.npy"},
                                  bwd = {"--entry", "backward", "--in", "dy=" + D + "/dy.npy"};
-  auto cat = [](std::initializer_list<std::vector<std::string>> parts) {
-    std::vector<std::string> v;
-    for (const auto& part : parts) v.insert(v.end(), part.begin(), part.end());
-    return v;
-  };
-  struct BadCase {
-    const char* what;
-    std::vector<std::string> args;
-    const char* names;
-  };
   const std::vector<BadCase> cases = {
       {"odd x columns", cat({{"--in", "x=" + D + "/x_odd.npy"}, b}), "'x'"},
       {"bias length", cat({x, {"--in", "bias=" + D + "/bias10.npy"}}), "'bias'"},
@@ -349,23 +284,12 @@ TEST(BiasSwigluCli, BadInputsExit2WithOneLineAndWriteNothing) {
       {"backward bias length", cat({bwd, x, {"--in", "bias=" + D + "/bias10.npy"}}), "'bias'"},
   };
   const std::string out = D + "/out";
-  const auto before = listing(D);
-  for (const BadCase& bc : cases) {
-    SCOPED_TRACE(bc.what);
-    auto args = bc.args;
-    args.insert(args.end(), {"--out", out});
-    const CliResult r = opforge_op(exe, io.path, args);
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
-    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
-  }
+  expect_refused("bias_swiglu", cases, D, {"--out", out});
   // the good calls infer y [N, H], dx [N, 2H] and dbias [2H] from the inputs
-  CliResult ok = opforge_op(exe, io.path, cat({x, b, {"--out", out}}));
+  Result ok = opforge_op("bias_swiglu", io.path, cat({x, b, {"--out", out}}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/y.npy"));
-  ok = opforge_op(exe, io.path, cat({bwd, x, b, {"--out", out + "2"}}));
+  ok = opforge_op("bias_swiglu", io.path, cat({bwd, x, b, {"--out", out + "2"}}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "2/dx.npy") && fs::exists(out + "2/dbias.npy"));
 }

@@ -7,8 +7,6 @@
 // the ABI.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,11 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,8 +24,11 @@
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "tests/op_cli_check.h"
 
 namespace {
+
+using namespace opf::op_cli_check;
 
 namespace fs = std::filesystem;
 using opf::DType;
@@ -292,60 +290,8 @@ TEST(CausalSoftmaxEdge, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
 }
 
 // ---------------------------------------------------------------- opforge op
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/opf_causal_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A little-endian C-order .npy file (format 1.0).
-void write_npy(const std::string& path, const char* descr, const std::vector<int64_t>& shape, const void* data,
-               size_t bytes) {
-  std::string dims;
-  for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = uint16_t(header.size());
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  f.write(static_cast<const char*>(data), std::streamsize(bytes));
-}
-
-std::set<std::string> listing(const std::string& dir) {
-  std::set<std::string> s;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) s.insert(e.path().filename().string());
-  return s;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string err;
-};
-
-CliResult opforge_op(const std::string& exe, const std::string& io, const std::vector<std::string>& args) {
-  std::string cmd = exe + " op causal_softmax";
-  for (const auto& a : args) cmd += " '" + a + "'";  // test paths hold no quotes
-  cmd += " > " + io + "/stdout 2> " + io + "/stderr";
-  const int st = std::system(cmd.c_str());
-  std::ifstream f(io + "/stderr");
-  std::stringstream s;
-  s << f.rdbuf();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s.str()};
-}
-
 TEST(CausalSoftmaxCli, BadInputsExit2WithOneLineAndWriteNothing) {
-  const char* exe = std::getenv("OPFORGE_EXE");
-  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
   Causal c(2, 6);
@@ -355,11 +301,6 @@ TEST(CausalSoftmaxCli, BadInputsExit2WithOneLineAndWriteNothing) {
   std::vector<double> x64(c.x.begin(), c.x.end());
   write_npy(D + "/x64.npy", "<f8", {2, 6, 6}, x64.data(), x64.size() * 8);
   write_npy(D + "/y_small.npy", "<f4", {2, 5, 5}, c.x.data(), 50 * 4);
-  struct BadCase {
-    const char* what;
-    std::vector<std::string> args;
-    const char* names;
-  };
   const std::vector<BadCase> cases = {
       {"not square", {"--in", "x=" + D + "/x_rect.npy"}, "(x) has sq = 6 and sk = 5"},
       {"4-D x", {"--in", "x=" + D + "/x_4d.npy"}, "'x' has 4 dims"},
@@ -371,21 +312,9 @@ TEST(CausalSoftmaxCli, BadInputsExit2WithOneLineAndWriteNothing) {
        "y"},
   };
   const std::string out = D + "/out";
-  const auto before = listing(D);
-  for (const BadCase& bc : cases) {
-    SCOPED_TRACE(bc.what);
-    auto args = bc.args;
-    args.insert(args.end(), {"--out", out});
-    const CliResult r = opforge_op(exe, io.path, args);
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
-    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
-    std::printf("  %s: %s", bc.what, r.err.c_str());
-  }
+  expect_refused("causal_softmax", cases, D, {"--out", out});
   // and the good call writes y
-  const CliResult ok = opforge_op(exe, io.path, {"--in", "x=" + D + "/x.npy", "--out", out});
+  const Result ok = opforge_op("causal_softmax", io.path, {"--in", "x=" + D + "/x.npy", "--out", out});
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/y.npy"));
 }

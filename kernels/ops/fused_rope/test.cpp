@@ -10,8 +10,6 @@
 // mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,11 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,8 +28,11 @@
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "tests/op_cli_check.h"
 
 namespace {
+
+using namespace opf::op_cli_check;
 
 namespace fs = std::filesystem;
 using opf::DType;
@@ -773,60 +772,8 @@ TEST(FusedRope2d, EmptyTensors) {
 }
 
 // ---------------------------------------------------------------- opforge op
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/opf_rope_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A little-endian C-order .npy file (format 1.0) of raw element bytes.
-void write_npy(const std::string& path, const char* descr, const std::vector<int64_t>& shape, const void* data,
-               size_t bytes) {
-  std::string dims;
-  for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = uint16_t(header.size());
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  f.write(static_cast<const char*>(data), std::streamsize(bytes));
-}
-
-std::set<std::string> listing(const std::string& dir) {
-  std::set<std::string> s;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) s.insert(e.path().filename().string());
-  return s;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string err;
-};
-
-CliResult opforge_op(const std::string& exe, const std::string& io, const std::vector<std::string>& args) {
-  std::string cmd = exe + " op fused_rope";
-  for (const auto& a : args) cmd += " '" + a + "'";  // test paths hold no quotes
-  cmd += " > " + io + "/stdout 2> " + io + "/stderr";
-  const int st = std::system(cmd.c_str());
-  std::ifstream f(io + "/stderr");
-  std::stringstream s;
-  s << f.rdbuf();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s.str()};
-}
-
 TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
-  const char* exe = std::getenv("OPFORGE_EXE");
-  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
   Buf x = random_buf(DType::f32, 10 * 2 * 8, -1, 1, 19), f = random_buf(DType::f32, 10 * 8, -1, 1, 20);
@@ -844,11 +791,6 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
     v.insert(v.end(), more);
     return v;
   };
-  struct BadCase {
-    const char* what;
-    std::vector<std::string> args;
-    const char* names;
-  };
   const std::vector<BadCase> cases = {
       {"non-monotone cu_seqlens", with(thd, {"--in", "cu_seqlens=" + D + "/cu_backwards.npy"}), "cu_seqlens"},
       {"cu_seqlens past the tokens", with(thd, {"--in", "cu_seqlens=" + D + "/cu_past.npy"}), "cu_seqlens"},
@@ -860,17 +802,8 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
        "freqs"},
   };
   const std::string out = D + "/out";
-  const auto before = listing(D);
-  for (const BadCase& bc : cases) {
-    SCOPED_TRACE(bc.what);
-    const CliResult r = opforge_op(exe, io.path, with(bc.args, {"--out", out}));
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
-    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
-  }
-  const CliResult ok = opforge_op(exe, io.path, with(thd, {"--in", "cu_seqlens=" + D + "/cu.npy", "--out", out}));
+  expect_refused("fused_rope", cases, D, {"--out", out});
+  const Result ok = opforge_op("fused_rope", io.path, with(thd, {"--in", "cu_seqlens=" + D + "/cu.npy", "--out", out}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/out.npy"));
 }
@@ -878,8 +811,7 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
 // 2-D: t [1, 6, 2, 8] with 2- and 3-row tables; an image that does not cover the sequence dim, a
 // t with d not divisible by 4, and a table shorter than img_h fail with one line naming the cause.
 TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
-  const char* exe = std::getenv("OPFORGE_EXE");
-  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
   Buf x = random_buf(DType::f32, 6 * 2 * 8, -1, 1, 81), tab = random_buf(DType::f32, 3 * 4, -1, 1, 82);
@@ -897,28 +829,14 @@ TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  struct BadCase {
-    const char* what;
-    std::vector<std::string> args;
-    const char* names;
-  };
   const std::vector<BadCase> cases = {
       {"image 2 x 2 for 6 tokens", call("t.npy", "h.npy", "w.npy", {"--param", "img_w=2"}), "img_h x img_w"},
       {"d = 6", call("t6.npy", "h3.npy", "w3.npy", {}), "argument 0 (t) has d = 6"},
       {"img_h past cos_h", call("t.npy", "h.npy", "w.npy", {"--param", "img_h=3", "--param", "img_w=2"}),
        "argument 1 (cos_h) has 2 rows"},
   };
-  const auto before = listing(D);
-  for (const BadCase& bc : cases) {
-    SCOPED_TRACE(bc.what);
-    const CliResult r = opforge_op(exe, io.path, bc.args);
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
-    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
-  }
-  const CliResult ok = opforge_op(exe, io.path, call("t.npy", "h.npy", "w.npy", {}));
+  expect_refused("fused_rope", cases, D, {});
+  const Result ok = opforge_op("fused_rope", io.path, call("t.npy", "h.npy", "w.npy", {}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(D + "/out/out.npy"));
 }
