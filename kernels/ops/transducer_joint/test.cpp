@@ -621,7 +621,9 @@ TEST(TransducerJoint, DropoutMaskIsPhiloxOfThePackedNumbering) {
                 }
               }
           ASSERT_GT(valid_n, 1000);
-          if (p == 0) EXPECT_EQ(kept, valid_n);
+          if (p == 0) {
+            EXPECT_EQ(kept, valid_n);
+          }
           const double frac = double(kept) / double(valid_n), sd = std::sqrt(p * (1 - p) / double(valid_n));
           EXPECT_NEAR(frac, 1 - p, 5 * sd + 1e-12) << kept << " of " << valid_n;
           const auto one = c.mask.bytes;
@@ -713,8 +715,9 @@ TEST(TransducerJoint, LengthsOutOfRangeNameThePositionAndWriteNothing) {
         const std::string entry = backward ? "backward: " : "forward: ";
         EXPECT_NE(err.find(entry + b.want), std::string::npos) << err;
         EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-        if (!backward)
+        if (!backward) {
           for (int64_t i = 0; i < c.h.size(); ++i) ASSERT_TRUE(std::isnan(c.h.at(i))) << "h written despite the error";
+        }
         for (int64_t i = 0; backward && i < c.df.size(); ++i) ASSERT_TRUE(std::isnan(c.df.at(i))) << "grad_f written";
         for (int64_t i = 0; backward && i < c.dg.size(); ++i) ASSERT_TRUE(std::isnan(c.dg.at(i))) << "grad_g written";
       }
