@@ -134,6 +134,11 @@ std::string unsupported(const PeerCase& c) {
     if (c.entry == "linear_gelu_linear_backward")
       return "torch rounds dA and dH to bf16, and its bf16 gelu_backward (tanh) is far less accurate than one rounding: dx 30 % off on the one-element case";
   }
+  // ATen's tanh GELU and its backward are 0.5 h (1 + tanh v) and 0.5 (1 + tanh v) + ..., which cancel
+  // for h near -3 (up to ~200 f32 ulps of GELU(h) or GELU'(h) off there, measured against the float64
+  // formula); the op's tolerance absorbs that where an output has other elements to set its scale
+  if (c.entry.starts_with("linear_gelu_linear") && c.shape[2] == 1)
+    return "one hidden unit: each output is one GELU or GELU' value, which torch's tanh form gets up to ~200 f32 ulps wrong for h near -3, beyond the op's tolerance";
   return probe(c, "fused_dense", {3, 5, 7, 2}, make);
 }
 
