@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 
 namespace opf::suites::peers::torch_peer {
 
@@ -32,41 +33,49 @@ class CachingCpuAllocator final : public c10::Allocator {
       }
     }
     if (!p && size > 0 && !(p = std::aligned_alloc(kAlign, size))) throw std::bad_alloc();
-    return {p, new Block{this, p, size}, &release, c10::Device(c10::DeviceType::CPU)};
+    if (p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = size;
+    }
+    // the context is the data pointer itself, as c10's own CPU allocator has it: raw_allocate()
+    // (oneDNN's scratch buffers inside ATen's bf16 matmul) asserts exactly that
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   // Installed once, before the first torch call of any torch peer; never removed (tensors
   // allocated from it may outlive a peer run).
   // Also returns the cached blocks to the system: a new case should not hold on to the sizes of
   // the previous one.
   static void install() {
-    // never destroyed: tensors held by static objects are released after static destructors run
-    static CachingCpuAllocator& instance = *new CachingCpuAllocator;
+    CachingCpuAllocator& a = instance();
     static std::once_flag once;
-    std::call_once(once, [] { c10::SetCPUAllocator(&instance, /*priority above the default's 0*/ 1); });
-    std::lock_guard<std::mutex> lock(instance.mu_);
-    for (auto& [size, p] : instance.free_) std::free(p);
-    instance.free_.clear();
+    std::call_once(once, [&a] { c10::SetCPUAllocator(&a, /*priority above the default's 0*/ 1); });
+    std::lock_guard<std::mutex> lock(a.mu_);
+    for (auto& [size, p] : a.free_) std::free(p);
+    a.free_.clear();
   }
 
  private:
   static constexpr size_t kAlign = 64;  // c10's own CPU alignment
-  struct Block {
-    const CachingCpuAllocator* owner;
-    void* p;
-    size_t size;
-  };
-  static void release(void* ctx) {
-    auto* b = static_cast<Block*>(ctx);
-    {
-      std::lock_guard<std::mutex> lock(b->owner->mu_);
-      if (b->p) b->owner->free_.emplace(b->size, b->p);
-    }
-    delete b;
+  static CachingCpuAllocator& instance() {
+    // never destroyed: tensors held by static objects are released after static destructors run
+    static CachingCpuAllocator& a = *new CachingCpuAllocator;
+    return a;
+  }
+  static void release(void* p) {
+    if (!p) return;
+    CachingCpuAllocator& a = instance();
+    std::lock_guard<std::mutex> lock(a.mu_);
+    auto it = a.live_.find(p);
+    a.free_.emplace(it->second, p);
+    a.live_.erase(it);
   }
 
   mutable std::mutex mu_;
   mutable std::multimap<size_t, void*> free_;
+  mutable std::unordered_map<void*, size_t> live_;  // handed-out blocks and their rounded sizes
 };
 
 }  // namespace opf::suites::peers::torch_peer
