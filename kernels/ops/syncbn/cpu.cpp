@@ -10,7 +10,10 @@
 // Pieces are grouped into at most 64 slots whose boundaries depend only on the shape (NCHW: blocks
 // of images, channels last: blocks of pieces); tasks fill slots (NCHW also splits channels), and
 // the slots are merged per channel in slot order: the same bits for any thread count.
-// forward and backward_elemt are elementwise with per-channel constants, rows split into tasks.
+// forward, backward_elemt and relu_backward are elementwise with per-channel constants, rows split
+// into tasks. The channels-last forward adds the residual z and applies the ReLU in the same pass;
+// relu_backward recomputes that pre-ReLU value with the forward's exact f32 formula (operand for
+// operand, vector body and scalar tail alike), so its mask is exactly where the forward wrote 0.
 // Arithmetic as written: no implicit a*b+c -> fma contraction, so that a row's vector body and its
 // scalar head/tail round alike; first line of the TU on purpose (every function, Highway's
 // included, must carry the same optimize options).
@@ -47,6 +50,8 @@ struct Call {
   int64_t n, ch, hw;
   const void* x;
   const void* dy;
+  const void* z;  // channels-last forward / relu_backward: the residual, or null
+  bool relu;      // channels-last forward: fuse_relu
   const float* mean;
   const float* invstd;
   const float* weight;
@@ -54,7 +59,7 @@ struct Call {
   const float* sum_dy;
   const float* sum_dy_xmu;
   double count;  // backward_elemt: the all-shard count
-  void* out;     // y or dx
+  void* out;     // y, dx or dy_masked
   float* o[4];   // welford: mean, var_biased; backward_reduce: sum_dy, sum_dy_xmu, grad_weight, grad_bias
 };
 
@@ -343,24 +348,28 @@ void ReduceT(const Call& k) {
   }
 }
 
-// Elementwise entries: out = (u - p) * a + b per element, u from x (forward) or from dy and x
-// (backward_elemt: u = dy - k1 - (x - m) k2 with per-channel k1, k2), per-channel f32 constants.
+// Elementwise entries, per-channel f32 constants m, a = invstd weight, b (bias), k1, k2:
+//   forward        t = (x - m) a + b [+ z]; y = t, or 0 where t <= 0 with relu (NaN stays)
+//   backward_elemt dx = (dy - k1 - (x - m) k2) a
+//   relu_backward  dy_masked = t <= 0 ? 0 : dy, t as the forward's (channels last only)
 struct Consts {
   std::vector<float> m, a, b, k1, k2;
 };
+enum Mode { kForward, kElemt, kReluBackward };
 
-template <class S, bool kBackward>
+template <class S, int kMode, bool kZ, bool kRelu>
 HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t r0, int64_t r1) {
   const DF d;
   const S* x = static_cast<const S*>(k.x);
   const S* g = static_cast<const S*>(k.dy);
+  const S* z = static_cast<const S*>(k.z);
   S* out = static_cast<S*>(k.out);
   if (!k.last) {  // row r = (n, c) of hw elements: scalar constants
     for (int64_t r = r0; r < r1; ++r) {
       const size_t c = size_t(r % k.ch), off = size_t(r * k.hw);
       const float m = q.m[c], a = q.a[c], b = q.b[c];
       const VF vm = hn::Set(d, m), va = hn::Set(d, a), vb = hn::Set(d, b);
-      if constexpr (kBackward) {
+      if constexpr (kMode == kElemt) {
         const float k1 = q.k1[c], k2 = q.k2[c];
         const VF v1 = hn::Set(d, k1), v2 = hn::Set(d, k2);
         WriteRow(
@@ -380,9 +389,10 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
     }
   } else {  // row r of ch channels: constants by lane; the row's tail through the scalar formula
     const size_t ch = size_t(k.ch);
+    const VF zero = hn::Zero(d);
     for (int64_t r = r0; r < r1; ++r) {
       const size_t off = size_t(r) * ch;
-      if constexpr (kBackward) {
+      if constexpr (kMode == kElemt) {
         WriteRow(
             d, out + off, ch, stream,
             [&](size_t j) {
@@ -395,21 +405,45 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
               return (to_f32(g[off + j]) - q.k1[j] - (to_f32(x[off + j]) - q.m[j]) * q.k2[j]) * q.a[j];
             });
       } else {
-        WriteRow(
-            d, out + off, ch, stream,
-            [&](size_t j) {
-              return hn::Add(
-                  hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m.data() + j)), hn::LoadU(d, q.a.data() + j)),
-                  hn::LoadU(d, q.b.data() + j));
-            },
-            [&](size_t j) { return (to_f32(x[off + j]) - q.m[j]) * q.a[j] + q.b[j]; });
+        // the pre-ReLU value; the two forms must round alike (the mask of relu_backward)
+        const auto tv = [&](size_t j) {
+          VF t = hn::Add(
+              hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m.data() + j)), hn::LoadU(d, q.a.data() + j)),
+              hn::LoadU(d, q.b.data() + j));
+          if constexpr (kZ) t = hn::Add(t, LoadWiden(d, z + off + j));
+          return t;
+        };
+        const auto t1 = [&](size_t j) {
+          float t = (to_f32(x[off + j]) - q.m[j]) * q.a[j] + q.b[j];
+          if constexpr (kZ) t = t + to_f32(z[off + j]);
+          return t;
+        };
+        if constexpr (kMode == kForward) {
+          WriteRow(
+              d, out + off, ch, stream,
+              [&](size_t j) {
+                const VF t = tv(j);
+                if constexpr (kRelu) return hn::IfThenZeroElse(hn::Le(t, zero), t);
+                return t;
+              },
+              [&](size_t j) {
+                const float t = t1(j);
+                if constexpr (kRelu) return t <= 0.0f ? 0.0f : t;
+                return t;
+              });
+        } else {
+          WriteRow(
+              d, out + off, ch, stream,
+              [&](size_t j) { return hn::IfThenZeroElse(hn::Le(tv(j), zero), LoadWiden(d, g + off + j)); },
+              [&](size_t j) { return t1(j) <= 0.0f ? 0.0f : to_f32(g[off + j]); });
+        }
       }
     }
   }
   if (stream) hwy::FlushStream();
 }
 
-template <class S, bool kBackward>
+template <class S, int kMode, bool kZ, bool kRelu>
 void ElemT(const Call& k) {
   const size_t C = size_t(k.ch);
   Consts q;
@@ -419,7 +453,7 @@ void ElemT(const Call& k) {
   for (size_t c = 0; c < C; ++c) {
     q.m[c] = k.mean[c];
     q.a[c] = k.invstd[c] * k.weight[c];
-    if constexpr (kBackward) {
+    if constexpr (kMode == kElemt) {
       const double is = k.invstd[c];
       q.k1[c] = float(double(k.sum_dy[c]) / k.count);
       q.k2[c] = float(is * is * double(k.sum_dy_xmu[c]) / k.count);
@@ -430,9 +464,10 @@ void ElemT(const Call& k) {
   const int64_t rows = k.last ? k.n : k.n * k.ch, len = k.last ? k.ch : k.hw;
   const double bytes = double(rows) * double(len) * sizeof(S);
   const bool stream = bytes >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  const int64_t chunk = opf::cpu::rows_per_task(rows, (kBackward ? 3.0 : 2.0) * double(len) * sizeof(S));
+  const double streams = 2.0 + (kMode == kForward ? 0 : 1) + (kZ ? 1 : 0);  // tensors read and written per element
+  const int64_t chunk = opf::cpu::rows_per_task(rows, streams * double(len) * sizeof(S));
   opf::cpu::parallel_rows(k.host, rows, chunk,
-                          [&](int64_t r0, int64_t r1) { ElemRows<S, kBackward>(k, q, stream, r0, r1); });
+                          [&](int64_t r0, int64_t r1) { ElemRows<S, kMode, kZ, kRelu>(k, q, stream, r0, r1); });
 }
 
 void RunWelford(const Call& k) {
@@ -444,12 +479,26 @@ void RunReduce(const Call& k) {
   else opf::cpu::run_storage<"backward_reduce">(k.dtype, [&](auto s) { ReduceT<decltype(s)>(k); });
 }
 void RunForward(const Call& k) {
-  if (k.last) opf::cpu::run_storage<"forward_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), false>(k); });
-  else opf::cpu::run_storage<"forward">(k.dtype, [&](auto s) { ElemT<decltype(s), false>(k); });
+  if (!k.last) return opf::cpu::run_storage<"forward">(k.dtype, [&](auto s) { ElemT<decltype(s), kForward, false, false>(k); });
+  if (k.z) {
+    opf::cpu::run_storage<"forward_z_c_last">(k.dtype, [&](auto s) {
+      if (k.relu) ElemT<decltype(s), kForward, true, true>(k);
+      else ElemT<decltype(s), kForward, true, false>(k);
+    });
+  } else {
+    opf::cpu::run_storage<"forward_c_last">(k.dtype, [&](auto s) {
+      if (k.relu) ElemT<decltype(s), kForward, false, true>(k);
+      else ElemT<decltype(s), kForward, false, false>(k);
+    });
+  }
 }
 void RunElemt(const Call& k) {
-  if (k.last) opf::cpu::run_storage<"backward_elemt_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), true>(k); });
-  else opf::cpu::run_storage<"backward_elemt">(k.dtype, [&](auto s) { ElemT<decltype(s), true>(k); });
+  if (k.last) opf::cpu::run_storage<"backward_elemt_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
+  else opf::cpu::run_storage<"backward_elemt">(k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
+}
+void RunReluBackward(const Call& k) {
+  if (k.z) opf::cpu::run_storage<"relu_backward_z_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, true, false>(k); });
+  else opf::cpu::run_storage<"relu_backward_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, false, false>(k); });
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -462,12 +511,13 @@ HWY_EXPORT(RunWelford);
 HWY_EXPORT(RunReduce);
 HWY_EXPORT(RunForward);
 HWY_EXPORT(RunElemt);
+HWY_EXPORT(RunReluBackward);
 HWY_EXPORT(TargetName);
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 using namespace opf::cpu;
 
-constexpr int kParams = 2;  // eps, momentum
+constexpr int kParams = 3;  // eps, momentum, fuse_relu
 
 // x (argument i): [N, C, HW], or [M, C] channels last; fills k's shape and dtype.
 const opf_tensor& expect_x(const Args& args, int i, const char* name, bool last, Call& k) {
@@ -573,15 +623,23 @@ void call(const opf_call* c, bool execute) {
       return;
     }
     HWY_DYNAMIC_DISPATCH(RunWelford)(k);
-  } else if (base == "forward") {
-    const Args args(c, 6, kParams);
-    k.x = expect_x(args, 0, "x", last, k).data;
-    k.mean = channels(args, 1, "mean", k);
-    k.invstd = channels(args, 2, "invstd", k);
-    k.weight = channels(args, 3, "weight", k);
-    k.bias = channels(args, 4, "bias", k);
-    k.out = const_cast<void*>(same_as_x(args, 5, "y", k));
-    if (execute && k.n * k.ch * k.hw > 0) HWY_DYNAMIC_DISPATCH(RunForward)(k);
+  } else if (base == "forward" || (last && (base == "forward_z" || base == "relu_backward" || base == "relu_backward_z"))) {
+    // (dy,) x, (z,), mean, invstd, weight, bias, out
+    const bool bw = base.starts_with("relu_backward"), has_z = base.ends_with("_z");
+    const Args args(c, 6 + (bw ? 1 : 0) + (has_z ? 1 : 0), kParams);
+    int i = 0;
+    if (bw) k.dy = expect_x(args, i++, "dy", last, k).data;
+    k.x = bw ? same_as_x(args, i++, "x", k) : expect_x(args, i++, "x", last, k).data;
+    if (has_z) k.z = same_as_x(args, i++, "z", k);
+    k.mean = channels(args, i++, "mean", k);
+    k.invstd = channels(args, i++, "invstd", k);
+    k.weight = channels(args, i++, "weight", k);
+    k.bias = channels(args, i++, "bias", k);
+    k.out = const_cast<void*>(same_as_x(args, i, bw ? "dy_masked" : "y", k));
+    k.relu = last && !bw && args.flag(2, "fuse_relu");
+    if (!execute || k.n * k.ch * k.hw == 0) return;
+    if (bw) HWY_DYNAMIC_DISPATCH(RunReluBackward)(k);
+    else HWY_DYNAMIC_DISPATCH(RunForward)(k);
   } else if (base == "backward_reduce") {
     const Args args(c, 8, kParams);
     k.dy = expect_x(args, 0, "dy", last, k).data;
@@ -611,7 +669,7 @@ void call(const opf_call* c, bool execute) {
     if (execute && k.n * k.ch * k.hw > 0) HWY_DYNAMIC_DISPATCH(RunElemt)(k);
   } else {
     failf("unknown entry '%.40s' (syncbn has welford, welford_parallel, forward, backward_reduce, backward_elemt, "
-          "and their _c_last forms)",
+          "their _c_last forms, forward_z_c_last, relu_backward_c_last and relu_backward_z_c_last)",
           c->entry ? c->entry : "");
   }
 }

@@ -6,7 +6,16 @@
 //   forward:        t = x - mean; t = t * invstd; t = t * weight; y = t + bias   (four passes)
 //   backward_elemt: t = x - mean; t = t * (invstd^2 sum_dy_xmu / n); u = dy - sum_dy / n;
 //                   u = u - t; dx = u * (weight invstd)                          (five passes)
-// Plain loops the compiler vectorises; channels split statically, one block per thread.
+// and for the channels-last residual + ReLU (BatchNorm, then `+ z`, then ReLU, as a ResNet block
+// runs them in eager):
+//   forward_c_last, forward_z_c_last: the forward's four passes on [M, C]; y = t + z (a fifth);
+//                   y = relu(y) with fuse_relu (one more)
+//   relu_backward[_z]_c_last: eager saves the ReLU's output y and runs threshold_backward:
+//                   dy_masked = y <= 0 ? 0 : dy, one pass over dy and y (y is made, untimed, by
+//                   the forward's passes when the run is set up: eager's saved tensor)
+// Plain loops the compiler vectorises; channels (NCHW) or rows (channels last) split statically,
+// one block per thread. Buffers are zeroed when the run is set up: a timed first call must not
+// pay the page faults of fresh memory (eager's caching allocator hands out touched blocks).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,8 +34,9 @@ namespace {
 std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 3) return "syncbn shapes are [N, C, HW]";
   if (c.dtype != DType::f32) return "f32 only (eager's f16/bf16 passes round at every step)";
-  if (c.entry != "welford" && c.entry != "forward" && c.entry != "backward_elemt")
-    return "NCHW welford, forward and backward_elemt only";
+  if (c.entry != "welford" && c.entry != "forward" && c.entry != "backward_elemt" && c.entry != "forward_c_last" &&
+      c.entry != "forward_z_c_last" && c.entry != "relu_backward_c_last" && c.entry != "relu_backward_z_c_last")
+    return "welford, forward, backward_elemt (NCHW) and the channels-last forwards and relu_backward only";
   return {};
 }
 
@@ -43,6 +53,24 @@ class Run final : public PeerRun {
         ch_(c.shape[1]), hw_(c.shape[2]) {
     const size_t el = size_t(n_ * ch_ * hw_);
     x_ = arg(d, "x");
+    if (entry_.ends_with("_c_last")) {
+      last_ = true;
+      rows_ = n_ * hw_;
+      relu_ = entry_.starts_with("relu_backward") || c.params.flag("fuse_relu");
+      if (entry_.ends_with("_z_c_last")) z_ = arg(d, "z");
+      m_ = arg(d, "mean");
+      is_ = arg(d, "invstd");
+      w_ = arg(d, "weight");
+      b_ = arg(d, "bias");
+      t_.reset(new float[el]());
+      out_.reset(new float[el]());
+      if (entry_.starts_with("relu_backward")) {
+        dy_ = arg(d, "dy");
+        saved_.reset(new float[el]());
+        forward_last(saved_.get());  // the ReLU output eager saved
+      }
+      return;
+    }
     if (entry_ == "welford") {
       mean_.resize(size_t(ch_));
       var_.resize(size_t(ch_));
@@ -51,13 +79,13 @@ class Run final : public PeerRun {
     m_ = arg(d, "mean");
     is_ = arg(d, "invstd");
     w_ = arg(d, "weight");
-    t_.reset(new float[el]);
-    out_.reset(new float[el]);
+    t_.reset(new float[el]());
+    out_.reset(new float[el]());
     if (entry_ == "forward") {
       b_ = arg(d, "bias");
     } else {
       dy_ = arg(d, "dy");
-      u_.reset(new float[el]);
+      u_.reset(new float[el]());
       const float* sd = arg(d, "sum_dy");
       const float* sdx = arg(d, "sum_dy_xmu");
       const double n = arg(d, "count_all")[0];
@@ -70,6 +98,19 @@ class Run final : public PeerRun {
   }
 
   void run() override {
+    if (last_) {
+      if (!entry_.starts_with("relu_backward")) return forward_last(out_.get());
+      const float *y = saved_.get(), *dy = dy_;  // locals: a store through o cannot change them
+      float* o = out_.get();
+      const int64_t C = ch_;
+      rows([&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * C; i < r1 * C; ++i) {
+          const float g = dy[i];  // read unconditionally: a select the compiler vectorises
+          o[i] = y[i] <= 0 ? 0.0f : g;
+        }
+      });
+      return;
+    }
     const int64_t hw = hw_;
     if (entry_ == "welford") {
       channels([&](int64_t c) {
@@ -121,7 +162,8 @@ class Run final : public PeerRun {
       out.assign(v.begin(), v.end());
       return true;
     }
-    if ((entry_ == "forward" && name == "y") || (entry_ == "backward_elemt" && name == "dx")) {
+    if ((entry_.starts_with("forward") && name == "y") || (entry_ == "backward_elemt" && name == "dx") ||
+        (entry_.starts_with("relu_backward") && name == "dy_masked")) {
       out.assign(out_.get(), out_.get() + el);
       return true;
     }
@@ -129,6 +171,47 @@ class Run final : public PeerRun {
   }
 
  private:
+  // channels last: BatchNorm's four passes over [rows_, ch_], + z, ReLU, each a pass of its own
+  void forward_last(float* y) {
+    float* t = t_.get();
+    const int64_t C = ch_;
+    const float *m = m_, *is = is_, *w = w_, *b = b_, *x = x_, *z = z_;
+    const bool tail = z || relu_;  // the last BatchNorm pass writes t when more passes follow
+    float* bn = tail ? t : y;
+    rows([&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < C; ++c) t[r * C + c] = x[r * C + c] - m[c];
+    });
+    rows([&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < C; ++c) t[r * C + c] = t[r * C + c] * is[c];
+    });
+    rows([&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < C; ++c) t[r * C + c] = t[r * C + c] * w[c];
+    });
+    rows([&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < C; ++c) bn[r * C + c] = t[r * C + c] + b[c];
+    });
+    if (z) {
+      float* dst = relu_ ? t : y;
+      rows([&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * C; i < r1 * C; ++i) dst[i] = t[i] + z[i];
+      });
+    }
+    if (relu_) {
+      rows([&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * C; i < r1 * C; ++i) y[i] = t[i] <= 0 ? 0.0f : t[i];
+      });
+    }
+  }
+
+  template <class F>
+  void rows(F&& f) {
+    opf::cpu::parallel_for(host_, threads_, [&](int64_t t) { f(rows_ * t / threads_, rows_ * (t + 1) / threads_); });
+  }
+
   template <class F>
   void channels(F&& f) {
     opf::cpu::parallel_for(host_, threads_, [&](int64_t t) {
@@ -140,6 +223,10 @@ class Run final : public PeerRun {
   int threads_;
   const opf_host* host_;
   int64_t n_, ch_, hw_;
+  bool last_ = false, relu_ = false;
+  int64_t rows_ = 0;
+  const float *z_ = nullptr;
+  std::unique_ptr<float[]> saved_;
   const float *x_ = nullptr, *dy_ = nullptr, *m_ = nullptr, *is_ = nullptr, *w_ = nullptr, *b_ = nullptr;
   std::vector<float> mean_, var_, k1_, k2_, a_;
   std::unique_ptr<float[]> t_, u_, out_;

@@ -11,6 +11,10 @@
 //       running_x <- (1 - momentum) running_x + momentum stat, with the unbiased M2 / (n - 1).
 //       Counts are floats (apex all-gathers them as such): each finite, integral, >= 0, total > 1.
 //   forward[_c_last] (x, mean, invstd, weight, bias) -> y = (x - mean) invstd weight + bias
+//   forward_z_c_last (x, z, mean, invstd, weight, bias) -> y = (x - mean) invstd weight + bias + z
+//       (apex's residual); fuse_relu (both channels-last forwards): y = 0 where y <= 0 (NaN stays).
+//   relu_backward[_z]_c_last (dy, x, [z,] mean, invstd, weight, bias) -> dy_masked = 0 where the
+//       forward's pre-ReLU value (recomputed from x and z: no saved mask) is <= 0, else dy.
 //   backward_reduce[_c_last] (dy, x, mean, invstd) -> sum_dy = sum dy, sum_dy_xmu = sum dy (x - mean),
 //       grad_weight = sum_dy_xmu invstd, grad_bias = sum_dy (local to the shard: DDP all-reduces them)
 //   backward_elemt[_c_last] (dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count_all)
@@ -32,7 +36,7 @@ namespace {
 
 bool c_last(std::string_view entry) { return entry.ends_with("_c_last"); }
 
-void describe(CaseDesc& c, const Shape& s, const Params&) {
+void describe(CaseDesc& c, const Shape& s, const Params& p) {
   if (s.size() != 3) {
     c.unsupported = "syncbn shapes are [N, C, HW]";
     return;
@@ -57,6 +61,8 @@ void describe(CaseDesc& c, const Shape& s, const Params&) {
     return;
   }
   c.set(entry.starts_with("welford") || entry.starts_with("forward") ? "x" : "dy", xs, fx);
+  const bool z = entry.ends_with("_z_c_last");
+  if (z) c.set("z", xs, {Fill::uniform, -1.0, 1.0});
   if (entry.starts_with("welford")) {
     c.set("mean", {ch});
     c.set("var_biased", {ch});
@@ -72,8 +78,15 @@ void describe(CaseDesc& c, const Shape& s, const Params&) {
     c.set("weight", {ch}, {Fill::uniform, 0.5, 1.5});
     c.set("bias", {ch}, {Fill::uniform, -1.0, 1.0});
     c.set("y", xs);
-    c.bytes = 2 * el * e + 16 * cf;
-    c.flops = 3 * el;
+    c.bytes = (z ? 3 : 2) * el * e + 16 * cf;
+    c.flops = (3 + (z ? 1 : 0) + (c_last(entry) && p.flag("fuse_relu") ? 1 : 0)) * el;
+    c.reduce_len = 1;
+  } else if (entry.starts_with("relu_backward")) {
+    c.set("weight", {ch}, {Fill::uniform, 0.5, 1.5});
+    c.set("bias", {ch}, {Fill::uniform, -1.0, 1.0});
+    c.set("dy_masked", xs);
+    c.bytes = (z ? 4 : 3) * el * e + 16 * cf;
+    c.flops = (z ? 5 : 4) * el;
     c.reduce_len = 1;
   } else if (entry.starts_with("backward_reduce")) {
     c.set("sum_dy", {ch});
@@ -193,12 +206,29 @@ void reference(std::string_view entry, std::vector<RefArg>& a, const Params& p) 
   const Layout L = layout_of(entry, x);
   const auto& mean = ref_arg(a, "mean").v;
   const auto& invstd = ref_arg(a, "invstd").v;
-  if (entry.starts_with("forward")) {
+  if (entry.starts_with("forward") || entry.starts_with("relu_backward")) {
     const auto& w = ref_arg(a, "weight").v;
     const auto& b = ref_arg(a, "bias").v;
-    auto& y = ref_arg(a, "y").v;
-    for (int64_t c = 0; c < L.ch; ++c)
-      for (int64_t i = 0; i < L.count(); ++i) y[L.at(c, i)] = (x.v[L.at(c, i)] - mean[c]) * invstd[c] * w[c] + b[c];
+    const std::vector<double>* z = entry.ends_with("_z_c_last") ? &ref_arg(a, "z").v : nullptr;
+    auto pre = [&](int64_t c, int64_t j) { return (x.v[j] - mean[c]) * invstd[c] * w[c] + b[c] + (z ? (*z)[j] : 0.0); };
+    if (entry.starts_with("forward")) {
+      const bool relu = c_last(entry) && p.flag("fuse_relu");
+      auto& y = ref_arg(a, "y").v;
+      for (int64_t c = 0; c < L.ch; ++c)
+        for (int64_t i = 0; i < L.count(); ++i) {
+          const int64_t j = L.at(c, i);
+          const double t = pre(c, j);
+          y[j] = relu && t <= 0 ? 0.0 : t;
+        }
+    } else {
+      const auto& dy = ref_arg(a, "dy").v;
+      auto& out = ref_arg(a, "dy_masked").v;
+      for (int64_t c = 0; c < L.ch; ++c)
+        for (int64_t i = 0; i < L.count(); ++i) {
+          const int64_t j = L.at(c, i);
+          out[j] = pre(c, j) <= 0 ? 0.0 : dy[j];
+        }
+    }
     return;
   }
   const auto& dy = ref_arg(a, "dy").v;

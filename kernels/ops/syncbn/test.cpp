@@ -3,8 +3,9 @@
 // statistics (and the same running stats); the sharded backward (reduce per shard, summed sums,
 // elementwise per shard) gives the single-process dx; channels-last and NCHW agree; a mean far from
 // the spread keeps an accurate variance; reductions have the same bits for any thread count; NaN
-// stays in its channel; empty and one-element inputs; argument errors through the C++ API and
-// `opforge op`. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module
+// stays in its channel; empty and one-element inputs; the channels-last residual + ReLU forward
+// and the ReLU backward's recomputed mask (exactly the forward's zeros; the boundary at 0, -0,
+// the smallest positive value, NaN); argument errors through the C++ API and `opforge op`. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module
 // the loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
@@ -433,6 +434,223 @@ TEST(SyncbnArgs, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
   EXPECT_NE(std::string(msg).find("unknown entry 'sideways'"), std::string::npos) << msg;
 }
 
+// ---------------------------------------------------------------- residual + ReLU (channels last)
+float stored_as(DType t, float v) {
+  std::byte b[8];
+  opf::store_element(t, b, 0, v);
+  return float(opf::load_element(t, b, 0));
+}
+
+// The channels-last forward's args with an optional z; y comes back in *y.
+std::string forward_last(DType t, int64_t M, int64_t C, std::vector<float>& x, std::vector<float>* z, std::vector<float>& m,
+                         std::vector<float>& is, std::vector<float>& w, std::vector<float>& b, std::vector<float>& y,
+                         bool relu, int threads = 0) {
+  std::vector<Arg> a = {{"x", &x, t, {M, C}}};
+  if (z) a.push_back({"z", z, t, {M, C}});
+  a.insert(a.end(), {{"mean", &m, DType::f32, {C}}, {"invstd", &is, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
+                     {"bias", &b, DType::f32, {C}}, {"y", &y, t, {M, C}}});
+  return run(z ? "forward_z_c_last" : "forward_c_last", a, threads, {{"fuse_relu", relu ? 1.0 : 0.0}});
+}
+
+std::string relu_backward(DType t, int64_t M, int64_t C, std::vector<float>& dy, std::vector<float>& x, std::vector<float>* z,
+                          std::vector<float>& m, std::vector<float>& is, std::vector<float>& w, std::vector<float>& b,
+                          std::vector<float>& out, int threads = 0) {
+  std::vector<Arg> a = {{"dy", &dy, t, {M, C}}, {"x", &x, t, {M, C}}};
+  if (z) a.push_back({"z", z, t, {M, C}});
+  a.insert(a.end(), {{"mean", &m, DType::f32, {C}}, {"invstd", &is, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
+                     {"bias", &b, DType::f32, {C}}, {"dy_masked", &out, t, {M, C}}});
+  return run(z ? "relu_backward_z_c_last" : "relu_backward_c_last", a, threads);
+}
+
+// Against float64, with and without z, ReLU on and off; C = 37 leaves a scalar tail after every
+// vector body of a row. f32: the residual is one more f32 add, so y(z) is exactly y(no z) + z
+// rounded once; the ReLU writes +0 exactly where that sum is <= 0. relu_backward's mask is
+// exactly the forward's zeros (same f32 formula), at any thread count.
+TEST(SyncbnRelu, ResidualAndReluAgainstFloat64AndTheForwardsZeros) {
+  const int64_t M = 53, C = 37;
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(std::string(opf::dtype_name(t)));
+    std::vector<float> x = draw(size_t(M * C), -1, 3, 71), z = draw(size_t(M * C), -1.5f, 1.5f, 72), dy = draw(size_t(M * C), 0.25f, 1, 73);
+    std::vector<float> m = draw(size_t(C), 0.5f, 1.5f, 74), is = draw(size_t(C), 0.5f, 1.5f, 75), w = draw(size_t(C), 0.5f, 1.5f, 76),
+                       b = draw(size_t(C), -1, 1, 77);
+    // the values as stored in t (the kernel sees these)
+    for (auto* v : {&x, &z, &dy})
+      for (float& e : *v) e = stored_as(t, e);
+    const double tol = t == DType::f32 ? 4e-6 : t == DType::f16 ? 2e-3 : 1.6e-2;
+    int zeros = 0, passed = 0;
+    for (bool with_z : {false, true})
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(std::string(with_z ? "z" : "no z") + (relu ? ", relu" : ""));
+        std::vector<float> y, y1, g, g3;
+        ASSERT_EQ(forward_last(t, M, C, x, with_z ? &z : nullptr, m, is, w, b, y, relu), "");
+        ASSERT_EQ(forward_last(t, M, C, x, with_z ? &z : nullptr, m, is, w, b, y1, relu, 3), "");
+        EXPECT_EQ(std::memcmp(y.data(), y1.data(), y.size() * 4), 0) << "1 vs 3 threads";
+        ASSERT_EQ(relu_backward(t, M, C, dy, x, with_z ? &z : nullptr, m, is, w, b, g), "");
+        ASSERT_EQ(relu_backward(t, M, C, dy, x, with_z ? &z : nullptr, m, is, w, b, g3, 2), "");
+        EXPECT_EQ(std::memcmp(g.data(), g3.data(), g.size() * 4), 0) << "1 vs 2 threads";
+        std::vector<float> plain;
+        if (with_z && t == DType::f32) {
+          ASSERT_EQ(forward_last(t, M, C, x, nullptr, m, is, w, b, plain, false), "");
+        }
+        for (int64_t r = 0; r < M; ++r)
+          for (int64_t c = 0; c < C; ++c) {
+            const size_t j = size_t(r * C + c);
+            const double pre = (double(x[j]) - m[size_t(c)]) * is[size_t(c)] * w[size_t(c)] + b[size_t(c)] + (with_z ? z[j] : 0.0);
+            const double want = relu && pre <= 0 ? 0.0 : pre;
+            ASSERT_NEAR(y[j], want, tol * (1 + std::fabs(pre))) << r << ", " << c;
+            if (relu) {
+              ASSERT_GE(y[j], 0.0f) << r << ", " << c;
+              ASSERT_FALSE(std::signbit(y[j])) << "ReLU writes +0 " << r << ", " << c;
+            }
+            if (!plain.empty()) {
+              const float sum = plain[j] + z[j];
+              ASSERT_EQ(y[j], relu && sum <= 0 ? 0.0f : sum) << r << ", " << c;
+            }
+            if (relu) {
+              // the mask is the forward's own decision: 0 exactly where y is (dy >= 0.25: never 0)
+              ASSERT_EQ(g[j], y[j] == 0 ? 0.0f : dy[j]) << r << ", " << c;
+              (y[j] == 0 ? zeros : passed)++;
+            }
+          }
+      }
+    EXPECT_GT(zeros, 100);  // both sides of the ReLU are exercised
+    EXPECT_GT(passed, 100);
+  }
+}
+
+// The ReLU's boundary: a pre-ReLU value of exactly 0 (x = mean, bias = -z, or bias = 0 without
+// z) gives y = +0 and a masked gradient; the smallest positive values pass; -0 and NaN as apex
+// (t <= 0 masks, NaN does not).
+TEST(SyncbnRelu, BoundaryZeroTinyAndNaN) {
+  const int64_t M = 3, C = 37;  // vector bodies (4, 8 or 16 lanes) and a scalar tail
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<float> m = draw(size_t(C), -1, 1, 81), is = draw(size_t(C), 0.5f, 2, 82), w = draw(size_t(C), 0.5f, 1.5f, 83);
+  std::vector<float> x(static_cast<size_t>(M * C)), z(static_cast<size_t>(M * C)), b(static_cast<size_t>(C));
+  std::vector<float> dy = draw(size_t(M * C), 0.5f, 1, 84);
+  for (int64_t c = 0; c < C; ++c) b[size_t(c)] = c % 3 == 0 ? -0.0f : c % 3 == 1 ? 0.5f : -0.25f;
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t j = size_t(r * C + c);
+      x[j] = m[size_t(c)];                                      // x - mean = 0 exactly
+      z[j] = r == 0 ? -b[size_t(c)] : r == 1 ? tiny - b[size_t(c)] : -tiny - b[size_t(c)];
+    }
+  // b + z in f32: 0 (row 0); for b = +-0 exactly +-tiny (rows 1, 2), else it rounds to 0 or
+  // keeps its sign; the expectation follows the f32 value t = b + z.
+  std::vector<float> y, g;
+  ASSERT_EQ(forward_last(DType::f32, M, C, x, &z, m, is, w, b, y, true), "");
+  ASSERT_EQ(relu_backward(DType::f32, M, C, dy, x, &z, m, is, w, b, g), "");
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t j = size_t(r * C + c);
+      const float pre = b[size_t(c)] + z[j];
+      SCOPED_TRACE("row " + std::to_string(r) + " channel " + std::to_string(c) + " pre " + std::to_string(pre));
+      EXPECT_EQ(y[j], pre <= 0 ? 0.0f : pre);
+      EXPECT_FALSE(std::signbit(y[j]));
+      EXPECT_EQ(g[j], pre <= 0 ? 0.0f : dy[j]);
+      if (r == 0) {
+        EXPECT_EQ(g[j], 0.0f) << "an exact 0 is masked";
+      }
+      if (r == 1 && c % 3 == 0) {
+        EXPECT_EQ(g[j], dy[j]) << "the smallest positive value passes";
+      }
+    }
+  // without z: bias = 0 and x = mean give exactly 0 -> masked; bias = -0 too
+  std::vector<float> b0(size_t(C), 0.0f), y0, g0;
+  b0[1] = -0.0f;
+  ASSERT_EQ(forward_last(DType::f32, M, C, x, nullptr, m, is, w, b0, y0, true), "");
+  ASSERT_EQ(relu_backward(DType::f32, M, C, dy, x, nullptr, m, is, w, b0, g0), "");
+  for (size_t j = 0; j < y0.size(); ++j) {
+    EXPECT_EQ(y0[j], 0.0f) << j;
+    EXPECT_FALSE(std::signbit(y0[j])) << j;
+    EXPECT_EQ(g0[j], 0.0f) << j;
+  }
+  // NaN in x or z: y stays NaN (NaN <= 0 is false) and the gradient passes, in its element only
+  std::vector<float> xn = draw(size_t(M * C), -1, 3, 85), zn = draw(size_t(M * C), -1, 1, 86), yn, gn;
+  xn[4] = std::nanf("");
+  zn[size_t(2 * C + 9)] = std::nanf("");
+  ASSERT_EQ(forward_last(DType::f32, M, C, xn, &zn, m, is, w, b, yn, true), "");
+  ASSERT_EQ(relu_backward(DType::f32, M, C, dy, xn, &zn, m, is, w, b, gn), "");
+  for (size_t j = 0; j < yn.size(); ++j) {
+    const bool nan = j == 4 || j == size_t(2 * C + 9);
+    EXPECT_EQ(std::isnan(yn[j]), nan) << j;
+    EXPECT_FALSE(std::isnan(gn[j])) << j;
+    if (nan) EXPECT_EQ(gn[j], dy[j]) << j;
+    else EXPECT_EQ(gn[j], yn[j] == 0 ? 0.0f : dy[j]) << j;
+  }
+}
+
+// One row, one channel, and an empty batch (M = 0: nothing to write, no error).
+TEST(SyncbnRelu, OneElementAndEmpty) {
+  std::vector<float> x = {2.5f}, z = {-3.0f}, m = {0.5f}, is = {2.0f}, w = {0.75f}, b = {0.25f}, dy = {0.125f}, y, g;
+  // t = (2.5 - 0.5) * (2 * 0.75) + 0.25 - 3 = 0.25 (exact in f32)
+  ASSERT_EQ(forward_last(DType::f32, 1, 1, x, &z, m, is, w, b, y, true), "");
+  EXPECT_EQ(y, std::vector<float>({0.25f}));
+  ASSERT_EQ(relu_backward(DType::f32, 1, 1, dy, x, &z, m, is, w, b, g), "");
+  EXPECT_EQ(g, std::vector<float>({0.125f}));
+  z = {-3.5f};  // t = -0.25
+  ASSERT_EQ(forward_last(DType::bf16, 1, 1, x, &z, m, is, w, b, y, true), "");
+  EXPECT_EQ(y, std::vector<float>({0.0f}));
+  ASSERT_EQ(relu_backward(DType::bf16, 1, 1, dy, x, &z, m, is, w, b, g), "");
+  EXPECT_EQ(g, std::vector<float>({0.0f}));
+  std::vector<float> e, m2 = {1, 2}, one = {1, 1}, ye, ge;
+  ASSERT_EQ(forward_last(DType::f16, 0, 2, e, &e, m2, one, one, one, ye, true), "");
+  ASSERT_EQ(relu_backward(DType::f16, 0, 2, e, e, nullptr, m2, one, one, one, ge), "");
+  EXPECT_TRUE(ye.empty() && ge.empty());
+}
+
+TEST(SyncbnRelu, BadArgumentsNameTheArgumentAndWriteNothing) {
+  const int64_t M = 6, C = 5;
+  std::vector<float> x = draw(size_t(M * C), -1, 1, 91), ch = draw(size_t(C), 0.5f, 1, 92), y, g;
+  auto nothing_written = [](const std::vector<float>& v) {
+    for (float e : v)
+      if (!std::isnan(e)) return false;
+    return true;
+  };
+  // z of another shape, dtype; z given to the entry without one is an argument count error
+  std::string err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}}, {"z", &x, DType::f32, {M, C - 1}},
+                                             {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
+                                             {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+                                             {"y", &y, DType::f32, {M, C}}});
+  EXPECT_NE(err.find("forward_z_c_last: argument 1 (z) has size 4 in dim 1, expected 5"), std::string::npos) << err;
+  expect_one_line(err);
+  EXPECT_TRUE(nothing_written(y));
+  err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}}, {"z", &x, DType::f16, {M, C}},
+                                 {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
+                                 {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+                                 {"y", &y, DType::f32, {M, C}}});
+  EXPECT_NE(err.find("forward_z_c_last: argument 1 (z) has dtype f16, expected f32"), std::string::npos) << err;
+  EXPECT_TRUE(nothing_written(y));
+  err = run("relu_backward_z_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
+                                       {"z", &x, DType::f32, {M * C}}, {"mean", &ch, DType::f32, {C}},
+                                       {"invstd", &ch, DType::f32, {C}}, {"weight", &ch, DType::f32, {C}},
+                                       {"bias", &ch, DType::f32, {C}}, {"dy_masked", &g, DType::f32, {M, C}}});
+  EXPECT_NE(err.find("argument 2 (z)"), std::string::npos) << err;
+  expect_one_line(err);
+  EXPECT_TRUE(nothing_written(g));
+  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C + 1}},
+                                     {"dy_masked", &g, DType::f32, {M, C}}});
+  EXPECT_NE(err.find("relu_backward_c_last: argument 5 (bias) has size 6 in dim 0, expected 5"), std::string::npos) << err;
+  EXPECT_TRUE(nothing_written(g));
+  err = run("relu_backward_c_last", {{"dy", &x, DType::bf16, {M, C}}, {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+                                     {"dy_masked", &g, DType::f32, {M, C}}});
+  EXPECT_NE(err.find("relu_backward_c_last: argument 1 (x) has dtype f32, expected bf16"), std::string::npos) << err;
+  EXPECT_TRUE(nothing_written(g));
+  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+                                     {"dy_masked", &g, DType::f32, {M, C + 1}}});
+  EXPECT_NE(err.find("argument 6 (dy_masked) has size 6 in dim 1, expected 5"), std::string::npos) << err;
+  // there is no NCHW relu_backward (apex has none): an unknown entry at the module
+  opf_call raw{"relu_backward", nullptr, 0, nullptr, 0, nullptr, nullptr};
+  char msg[256] = "";
+  EXPECT_NE(module()->run(module(), &raw, msg, sizeof msg), 0);
+  EXPECT_NE(std::string(msg).find("unknown entry 'relu_backward'"), std::string::npos) << msg;
+}
+
 // ---------------------------------------------------------------- opforge op
 struct TempDir {
   std::string path;
@@ -512,6 +730,13 @@ TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
       {"weight length", with(fwd, {"--in", "weight=" + D + "/c4.npy"}), "weight"},
       {"missing weight", fwd, "'weight'"},
       {"fractional count", par, "count_all"},
+      {"missing z", {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "mean=" + D + "/c3.npy",
+                     "--in", "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy", "--in", "bias=" + D + "/c3.npy"},
+       "'z'"},
+      {"z shape", {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "z=" + D + "/x.npy",
+                   "--in", "mean=" + D + "/c3.npy", "--in", "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy",
+                   "--in", "bias=" + D + "/c3.npy"},
+       "z"},
   };
   const std::string out = D + "/out";
   const auto before = listing(D);
