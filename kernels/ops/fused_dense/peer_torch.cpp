@@ -71,9 +71,7 @@ class Run final : public PeerRun {
     // the previous call's outputs go back to the allocator first, as a training loop's would
     for (auto* t : {&y_, &hout_, &aout_, &dx_, &dw1_, &db1_, &dw2_, &db2_}) *t = at::Tensor();
     switch (entry_) {
-      case Entry::bias_fwd:
-        y_ = at::linear(x_, w1_, b1_);
-        break;
+      case Entry::bias_fwd: y_ = at::linear(x_, w1_, b1_); break;
       case Entry::bias_bwd:
         dx_ = at::mm(dy_, w1_);
         dw1_ = at::mm(dy_.t(), x_);
@@ -128,17 +126,21 @@ std::string unsupported(const PeerCase& c) {
   // the op's tolerance, the rest does not
   if (c.dtype == DType::bf16) {
     if (c.entry == "linear_bias_backward")
-      return "torch 1.13's bf16 CPU mm outside oneDNN (small shapes) is not f32-accurate: dx ends 2 bf16 ulps off at K = 7, outside the op's tolerance";
+      return "torch 1.13's bf16 CPU mm outside oneDNN (small shapes) is not f32-accurate: dx ends 2 bf16 ulps off at K "
+             "= 7, outside the op's tolerance";
     if (c.entry == "linear_gelu_linear_forward")
-      return "torch rounds h to bf16 before gelu and a before the second GEMM, where the op keeps them in f32: a misses the op's tolerance";
+      return "torch rounds h to bf16 before gelu and a before the second GEMM, where the op keeps them in f32: a "
+             "misses the op's tolerance";
     if (c.entry == "linear_gelu_linear_backward")
-      return "torch rounds dA and dH to bf16, and its bf16 gelu_backward (tanh) is far less accurate than one rounding: dx 30 % off on the one-element case";
+      return "torch rounds dA and dH to bf16, and its bf16 gelu_backward (tanh) is far less accurate than one "
+             "rounding: dx 30 % off on the one-element case";
   }
   // ATen's tanh GELU and its backward are 0.5 h (1 + tanh v) and 0.5 (1 + tanh v) + ..., which cancel
   // for h near -3 (up to ~200 f32 ulps of GELU(h) or GELU'(h) off there, measured against the float64
   // formula); the op's tolerance absorbs that where an output has other elements to set its scale
   if (c.entry.starts_with("linear_gelu_linear") && c.shape[2] == 1)
-    return "one hidden unit: each output is one GELU or GELU' value, which torch's tanh form gets up to ~200 f32 ulps wrong for h near -3, beyond the op's tolerance";
+    return "one hidden unit: each output is one GELU or GELU' value, which torch's tanh form gets up to ~200 f32 ulps "
+           "wrong for h near -3, beyond the op's tolerance";
   return probe(c, "fused_dense", {3, 5, 7, 2}, make);
 }
 

@@ -60,10 +60,8 @@ class Run final : public PeerRun {
         at::_foreach_mul_(b_, mu);
         at::_foreach_add_(b_, grads, omd);
       }
-      if (params_.flag("nesterov"))
-        at::_foreach_add_(grads, *bufs, mu);
-      else
-        grads = *bufs;
+      if (params_.flag("nesterov")) at::_foreach_add_(grads, *bufs, mu);
+      else grads = *bufs;
     }
     at::_foreach_add_(p_, grads, -lr);
   }
@@ -95,13 +93,15 @@ std::string unsupported(const PeerCase& c) {
   if (c.entry != "step") return "torch's SGD has no model-copy form: the peer runs step only";
   const Params& p = c.params;
   const bool wd = float(p.get("weight_decay")) != 0, mom = float(p.get("momentum")) != 0;
-  if (wd && p.flag("wd_after_momentum")) return "torch's SGD adds weight decay before the momentum update only (no wd_after_momentum)";
+  if (wd && p.flag("wd_after_momentum"))
+    return "torch's SGD adds weight decay before the momentum update only (no wd_after_momentum)";
   if (p.flag("nesterov") && (!mom || p.get("dampening") != 0))
     return "torch's SGD: \"Nesterov momentum requires a momentum and zero dampening\"";
   if (c.dtype != DType::f32) {
     // measured: p 1.7 f16 ulps off with first_run (ATen's add_ of two T tensors takes alpha in T)
     if (!mom || p.flag("first_run"))
-      return "no momentum or first run: torch's param update adds a T gradient to T params, and ATen rounds its alpha (-lr) to T: p off by ~lr u_T |g|, outside the op's tolerance";
+      return "no momentum or first run: torch's param update adds a T gradient to T params, and ATen rounds its alpha "
+             "(-lr) to T: p off by ~lr u_T |g|, outside the op's tolerance";
     // the scaled, decayed or Nesterov gradient is a T tensor in torch: rounded to T where the op
     // keeps it in f32, an error of u_T |g| in the f32 buffer and lr u_T |g| in p
     if (float(p.get("scale")) != 1.0f || wd || p.flag("nesterov"))

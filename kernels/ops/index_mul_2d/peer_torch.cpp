@@ -36,7 +36,9 @@ enum class Entry { forward, backward, double_backward };
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : entry_(c.entry == "forward" ? Entry::forward : c.entry == "backward" ? Entry::backward : Entry::double_backward),
+      : entry_(c.entry == "forward"    ? Entry::forward
+               : c.entry == "backward" ? Entry::backward
+                                       : Entry::double_backward),
         buf_(drawn) {
     use_threads(c.threads);
     in1_ = buf_.arg("in1");
@@ -54,9 +56,7 @@ class Run final : public PeerRun {
     out_ = g1_ = g2_ = ggo_ = at::Tensor();
     const at::Tensor t = at::index_select(in1_, 0, idx_);
     switch (entry_) {
-      case Entry::forward:
-        out_ = at::mul(t, in2_);
-        break;
+      case Entry::forward: out_ = at::mul(t, in2_); break;
       case Entry::backward: {
         const at::Tensor u = at::mul(g_, in2_);
         g2_ = at::mul(g_, t);
@@ -98,9 +98,11 @@ std::string unsupported(const PeerCase& c) {
   if (c.shape.size() != 3) return "index_mul_2d shapes are [M, N, F]";
   // measured by the cross-check: the op sums and adds in f32 and rounds once
   if (c.dtype == DType::f16 && c.entry == "backward")
-    return "torch rounds each product to f16 and index_add_ adds into the f16 grad_in1 (a rounding per index): grad_in1 misses the op's tolerance";
+    return "torch rounds each product to f16 and index_add_ adds into the f16 grad_in1 (a rounding per index): "
+           "grad_in1 misses the op's tolerance";
   if (c.dtype == DType::f16 && c.entry == "double_backward")
-    return "torch rounds both products of grad_grad_out to f16 before adding them, and grad_in1 as in backward: both miss the op's tolerance";
+    return "torch rounds both products of grad_grad_out to f16 before adding them, and grad_in1 as in backward: both "
+           "miss the op's tolerance";
   return probe(c, "index_mul_2d", {5, 7, 3}, make);
 }
 

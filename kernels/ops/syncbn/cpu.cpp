@@ -307,7 +307,8 @@ void WelfordT(const Call& k) {
   }
   for (int64_t c = 0; c < C; ++c) {
     double n = 0, mean = 0, m2 = 0;
-    for (int64_t s = 0; s < sl.count; ++s) chan_merge(n, mean, m2, acc.a[s * C + c], acc.b[s * C + c], acc.c[s * C + c]);
+    for (int64_t s = 0; s < sl.count; ++s)
+      chan_merge(n, mean, m2, acc.a[s * C + c], acc.b[s * C + c], acc.c[s * C + c]);
     k.o[0][c] = float(mean);
     k.o[1][c] = n > 0 ? float(m2 / n) : 0.0f;
   }
@@ -331,8 +332,8 @@ void ReduceT(const Call& k) {
         for (int64_t i = n0; i < n1; ++i) {
           const int64_t off = (i * C + c) * k.hw;
           for (int64_t j = 0; j < k.hw; j += OPF_TUNE_PIECE)
-            PieceReduce(g + off + j, x + off + j, size_t(std::min<int64_t>(OPF_TUNE_PIECE, k.hw - j)), k.mean[c],
-                        sum, sx);
+            PieceReduce(g + off + j, x + off + j, size_t(std::min<int64_t>(OPF_TUNE_PIECE, k.hw - j)), k.mean[c], sum,
+                        sx);
         }
         acc.a[s * C + c] = sum, acc.b[s * C + c] = sx;
       }
@@ -375,8 +376,8 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
         WriteRow(
             d, out + off, size_t(k.hw), stream,
             [&](size_t j) {
-              const VF u = hn::Sub(hn::Sub(LoadWiden(d, g + off + j), v1),
-                                   hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), v2));
+              const VF u =
+                  hn::Sub(hn::Sub(LoadWiden(d, g + off + j), v1), hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), v2));
               return hn::Mul(u, va);
             },
             [&](size_t j) { return (to_f32(g[off + j]) - k1 - (to_f32(x[off + j]) - m) * k2) * a; });
@@ -479,7 +480,8 @@ void RunReduce(const Call& k) {
   else opf::cpu::run_storage<"backward_reduce">(k.dtype, [&](auto s) { ReduceT<decltype(s)>(k); });
 }
 void RunForward(const Call& k) {
-  if (!k.last) return opf::cpu::run_storage<"forward">(k.dtype, [&](auto s) { ElemT<decltype(s), kForward, false, false>(k); });
+  if (!k.last)
+    return opf::cpu::run_storage<"forward">(k.dtype, [&](auto s) { ElemT<decltype(s), kForward, false, false>(k); });
   if (k.z) {
     opf::cpu::run_storage<"forward_z_c_last">(k.dtype, [&](auto s) {
       if (k.relu) ElemT<decltype(s), kForward, true, true>(k);
@@ -493,12 +495,18 @@ void RunForward(const Call& k) {
   }
 }
 void RunElemt(const Call& k) {
-  if (k.last) opf::cpu::run_storage<"backward_elemt_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
+  if (k.last)
+    opf::cpu::run_storage<"backward_elemt_c_last">(k.dtype,
+                                                   [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
   else opf::cpu::run_storage<"backward_elemt">(k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
 }
 void RunReluBackward(const Call& k) {
-  if (k.z) opf::cpu::run_storage<"relu_backward_z_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, true, false>(k); });
-  else opf::cpu::run_storage<"relu_backward_c_last">(k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, false, false>(k); });
+  if (k.z)
+    opf::cpu::run_storage<"relu_backward_z_c_last">(k.dtype,
+                                                    [&](auto s) { ElemT<decltype(s), kReluBackward, true, false>(k); });
+  else
+    opf::cpu::run_storage<"relu_backward_c_last">(k.dtype,
+                                                  [&](auto s) { ElemT<decltype(s), kReluBackward, false, false>(k); });
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -557,8 +565,7 @@ double counts(const Args& args, int i, int64_t& k, double min_total, const char*
             double(v[j]));
     total += double(v[j]);
   }
-  if (!(total > min_total))
-    failf("%s: argument %d (count_all) sums to %g; %s", args.entry(), i, total, need);
+  if (!(total > min_total)) failf("%s: argument %d (count_all) sums to %g; %s", args.entry(), i, total, need);
   return total;
 }
 
@@ -623,7 +630,8 @@ void call(const opf_call* c, bool execute) {
       return;
     }
     HWY_DYNAMIC_DISPATCH(RunWelford)(k);
-  } else if (base == "forward" || (last && (base == "forward_z" || base == "relu_backward" || base == "relu_backward_z"))) {
+  } else if (base == "forward" ||
+             (last && (base == "forward_z" || base == "relu_backward" || base == "relu_backward_z"))) {
     // (dy,) x, (z,), mean, invstd, weight, bias, out
     const bool bw = base.starts_with("relu_backward"), has_z = base.ends_with("_z");
     const Args args(c, 6 + (bw ? 1 : 0) + (has_z ? 1 : 0), kParams);
@@ -668,9 +676,10 @@ void call(const opf_call* c, bool execute) {
     k.out = const_cast<void*>(same_as_x(args, 8, "dx", k));
     if (execute && k.n * k.ch * k.hw > 0) HWY_DYNAMIC_DISPATCH(RunElemt)(k);
   } else {
-    failf("unknown entry '%.40s' (syncbn has welford, welford_parallel, forward, backward_reduce, backward_elemt, "
-          "their _c_last forms, forward_z_c_last, relu_backward_c_last and relu_backward_z_c_last)",
-          c->entry ? c->entry : "");
+    failf(
+        "unknown entry '%.40s' (syncbn has welford, welford_parallel, forward, backward_reduce, backward_elemt, "
+        "their _c_last forms, forward_z_c_last, relu_backward_c_last and relu_backward_z_c_last)",
+        c->entry ? c->entry : "");
   }
 }
 

@@ -51,9 +51,14 @@ Kind kind_of(std::string_view entry) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& drawn)
-      : kind_(kind_of(c.entry)), upcast_(c.dtype != DType::f32), z_(std::string_view(c.entry).ends_with("_z_c_last")),
+      : kind_(kind_of(c.entry)),
+        upcast_(c.dtype != DType::f32),
+        z_(std::string_view(c.entry).ends_with("_z_c_last")),
         relu_(std::string_view(c.entry).ends_with("_c_last") && c.params.flag("fuse_relu")),
-        T_(scalar_type(c.dtype)), eps_(c.params.get("eps")), momentum_(c.params.get("momentum")), buf_(drawn) {
+        T_(scalar_type(c.dtype)),
+        eps_(c.params.get("eps")),
+        momentum_(c.params.get("momentum")),
+        buf_(drawn) {
     use_threads(c.threads);
     x_ = buf_.arg("x");
     if (kind_ == Kind::stats) return;
@@ -94,14 +99,14 @@ class Run final : public PeerRun {
         if (upcast_) out_ = y32_.to(T_);
         return;
       case Kind::reduce:
-        std::tie(std::ignore, gw_, gb_) = at::native_batch_norm_backward(
-            upcast_ ? dy_.to(at::kFloat) : dy_, x_, c10::nullopt, c10::nullopt, c10::nullopt, mean_, invstd_, true, eps_,
-            {false, true, true});
+        std::tie(std::ignore, gw_, gb_) =
+            at::native_batch_norm_backward(upcast_ ? dy_.to(at::kFloat) : dy_, x_, c10::nullopt, c10::nullopt,
+                                           c10::nullopt, mean_, invstd_, true, eps_, {false, true, true});
         return;
       case Kind::elemt:
-        std::tie(y32_, std::ignore, std::ignore) = at::native_batch_norm_backward(
-            upcast_ ? dy_.to(at::kFloat) : dy_, x_, weight_, c10::nullopt, c10::nullopt, mean_, invstd_, true, eps_,
-            {true, false, false});
+        std::tie(y32_, std::ignore, std::ignore) =
+            at::native_batch_norm_backward(upcast_ ? dy_.to(at::kFloat) : dy_, x_, weight_, c10::nullopt, c10::nullopt,
+                                           mean_, invstd_, true, eps_, {true, false, false});
         if (upcast_) out_ = y32_.to(T_);
         return;
     }

@@ -49,8 +49,12 @@ const float* arg(const DrawnCase& d, std::string_view name) {
 class Run final : public PeerRun {
  public:
   Run(const PeerCase& c, const DrawnCase& d)
-      : entry_(c.entry), threads_(std::max(1, c.threads)), host_(host_threads(threads_)), n_(c.shape[0]),
-        ch_(c.shape[1]), hw_(c.shape[2]) {
+      : entry_(c.entry),
+        threads_(std::max(1, c.threads)),
+        host_(host_threads(threads_)),
+        n_(c.shape[0]),
+        ch_(c.shape[1]),
+        hw_(c.shape[2]) {
     const size_t el = size_t(n_ * ch_ * hw_);
     x_ = arg(d, "x");
     if (entry_.ends_with("_c_last")) {
@@ -141,18 +145,34 @@ class Run final : public PeerRun {
         for (int64_t i = 0; i < n_; ++i) f(c, (i * ch_ + c) * hw);
       });
     };
-    pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) t[o + j] = x_[o + j] - m_[c]; });
+    pass([&](int64_t c, int64_t o) {
+      for (int64_t j = 0; j < hw; ++j) t[o + j] = x_[o + j] - m_[c];
+    });
     if (entry_ == "forward") {
-      pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * is_[c]; });
-      pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * w_[c]; });
-      pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) y[o + j] = t[o + j] + b_[c]; });
+      pass([&](int64_t c, int64_t o) {
+        for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * is_[c];
+      });
+      pass([&](int64_t c, int64_t o) {
+        for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * w_[c];
+      });
+      pass([&](int64_t c, int64_t o) {
+        for (int64_t j = 0; j < hw; ++j) y[o + j] = t[o + j] + b_[c];
+      });
       return;
     }
     float* u = u_.get();
-    pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * k2_[size_t(c)]; });
-    pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) u[o + j] = dy_[o + j] - k1_[size_t(c)]; });
-    pass([&](int64_t, int64_t o) { for (int64_t j = 0; j < hw; ++j) u[o + j] = u[o + j] - t[o + j]; });
-    pass([&](int64_t c, int64_t o) { for (int64_t j = 0; j < hw; ++j) y[o + j] = u[o + j] * a_[size_t(c)]; });
+    pass([&](int64_t c, int64_t o) {
+      for (int64_t j = 0; j < hw; ++j) t[o + j] = t[o + j] * k2_[size_t(c)];
+    });
+    pass([&](int64_t c, int64_t o) {
+      for (int64_t j = 0; j < hw; ++j) u[o + j] = dy_[o + j] - k1_[size_t(c)];
+    });
+    pass([&](int64_t, int64_t o) {
+      for (int64_t j = 0; j < hw; ++j) u[o + j] = u[o + j] - t[o + j];
+    });
+    pass([&](int64_t c, int64_t o) {
+      for (int64_t j = 0; j < hw; ++j) y[o + j] = u[o + j] * a_[size_t(c)];
+    });
   }
 
   bool output(std::string_view name, std::vector<double>& out) const override {
@@ -225,7 +245,7 @@ class Run final : public PeerRun {
   int64_t n_, ch_, hw_;
   bool last_ = false, relu_ = false;
   int64_t rows_ = 0;
-  const float *z_ = nullptr;
+  const float* z_ = nullptr;
   std::unique_ptr<float[]> saved_;
   const float *x_ = nullptr, *dy_ = nullptr, *m_ = nullptr, *is_ = nullptr, *w_ = nullptr, *b_ = nullptr;
   std::vector<float> mean_, var_, k1_, k2_, a_;

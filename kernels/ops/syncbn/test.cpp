@@ -5,8 +5,9 @@
 // the spread keeps an accurate variance; reductions have the same bits for any thread count; NaN
 // stays in its channel; empty and one-element inputs; the channels-last residual + ReLU forward
 // and the ReLU backward's recomputed mask (exactly the forward's zeros; the boundary at 0, -0,
-// the smallest positive value, NaN); argument errors through the C++ API and `opforge op`. Seeded inputs (seed printed); outputs poisoned before every run. Runs the module
-// the loader gives this build (prebuilt, or JIT-compiled in mode=jit), through the ABI.
+// the smallest positive value, NaN); argument errors through the C++ API and `opforge op`. Seeded inputs (seed
+// printed); outputs poisoned before every run. Runs the module the loader gives this build (prebuilt, or JIT-compiled
+// in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -90,7 +91,8 @@ std::string run(const std::string& entry, const std::vector<Arg>& args, int thre
     if (role_of(args[i].name) == opf::Role::in) continue;
     const size_t n = size_t(numel(args[i].shape));
     args[i].v->resize(n);
-    for (size_t j = 0; j < n; ++j) (*args[i].v)[j] = float(opf::load_element(args[i].dtype, bufs[i].data(), int64_t(j)));
+    for (size_t j = 0; j < n; ++j)
+      (*args[i].v)[j] = float(opf::load_element(args[i].dtype, bufs[i].data(), int64_t(j)));
   }
   return err;
 }
@@ -193,19 +195,27 @@ TEST(SyncbnMerge, ShardedBackwardEqualsTheWholeBatch) {
   }
   const Shape all{total, C, HW};
   std::vector<float> s1, sx1, gw, gb, dx1, count1 = {float(total * HW)};
-  ASSERT_EQ(run("backward_reduce", {{"dy", &dy, DType::f32, all}, {"x", &x, DType::f32, all},
-                                    {"mean", &mean, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                                    {"sum_dy", &s1, DType::f32, {C}}, {"sum_dy_xmu", &sx1, DType::f32, {C}},
-                                    {"grad_weight", &gw, DType::f32, {C}}, {"grad_bias", &gb, DType::f32, {C}}}),
+  ASSERT_EQ(run("backward_reduce", {{"dy", &dy, DType::f32, all},
+                                    {"x", &x, DType::f32, all},
+                                    {"mean", &mean, DType::f32, {C}},
+                                    {"invstd", &invstd, DType::f32, {C}},
+                                    {"sum_dy", &s1, DType::f32, {C}},
+                                    {"sum_dy_xmu", &sx1, DType::f32, {C}},
+                                    {"grad_weight", &gw, DType::f32, {C}},
+                                    {"grad_bias", &gb, DType::f32, {C}}}),
             "");
   for (int64_t c = 0; c < C; ++c) {
     EXPECT_EQ(gb[size_t(c)], s1[size_t(c)]);
     EXPECT_NEAR(gw[size_t(c)], double(sx1[size_t(c)]) * invstd[size_t(c)], 1e-6 * std::fabs(gw[size_t(c)]));
   }
-  ASSERT_EQ(run("backward_elemt", {{"dy", &dy, DType::f32, all}, {"x", &x, DType::f32, all},
-                                   {"mean", &mean, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                                   {"weight", &w, DType::f32, {C}}, {"sum_dy", &s1, DType::f32, {C}},
-                                   {"sum_dy_xmu", &sx1, DType::f32, {C}}, {"count_all", &count1, DType::f32, {1}},
+  ASSERT_EQ(run("backward_elemt", {{"dy", &dy, DType::f32, all},
+                                   {"x", &x, DType::f32, all},
+                                   {"mean", &mean, DType::f32, {C}},
+                                   {"invstd", &invstd, DType::f32, {C}},
+                                   {"weight", &w, DType::f32, {C}},
+                                   {"sum_dy", &s1, DType::f32, {C}},
+                                   {"sum_dy_xmu", &sx1, DType::f32, {C}},
+                                   {"count_all", &count1, DType::f32, {1}},
                                    {"dx", &dx1, DType::f32, all}}),
             "");
   std::vector<double> s(size_t(C), 0.0), sx(size_t(C), 0.0);
@@ -219,10 +229,14 @@ TEST(SyncbnMerge, ShardedBackwardEqualsTheWholeBatch) {
     at += nk[k];
     std::vector<float> ps, psx, pw, pb;
     const Shape sh{nk[k], C, HW};
-    ASSERT_EQ(run("backward_reduce", {{"dy", &gs[size_t(k)], DType::f32, sh}, {"x", &xs[size_t(k)], DType::f32, sh},
-                                      {"mean", &mean, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                                      {"sum_dy", &ps, DType::f32, {C}}, {"sum_dy_xmu", &psx, DType::f32, {C}},
-                                      {"grad_weight", &pw, DType::f32, {C}}, {"grad_bias", &pb, DType::f32, {C}}}),
+    ASSERT_EQ(run("backward_reduce", {{"dy", &gs[size_t(k)], DType::f32, sh},
+                                      {"x", &xs[size_t(k)], DType::f32, sh},
+                                      {"mean", &mean, DType::f32, {C}},
+                                      {"invstd", &invstd, DType::f32, {C}},
+                                      {"sum_dy", &ps, DType::f32, {C}},
+                                      {"sum_dy_xmu", &psx, DType::f32, {C}},
+                                      {"grad_weight", &pw, DType::f32, {C}},
+                                      {"grad_bias", &pb, DType::f32, {C}}}),
               "");
     for (int64_t c = 0; c < C; ++c) s[size_t(c)] += ps[size_t(c)], sx[size_t(c)] += psx[size_t(c)];
     count.push_back(float(nk[k] * HW));
@@ -232,10 +246,14 @@ TEST(SyncbnMerge, ShardedBackwardEqualsTheWholeBatch) {
   for (int64_t k = 0; k < K; ++k) {
     std::vector<float> dx;
     const Shape sh{nk[k], C, HW};
-    ASSERT_EQ(run("backward_elemt", {{"dy", &gs[size_t(k)], DType::f32, sh}, {"x", &xs[size_t(k)], DType::f32, sh},
-                                     {"mean", &mean, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                                     {"weight", &w, DType::f32, {C}}, {"sum_dy", &sf, DType::f32, {C}},
-                                     {"sum_dy_xmu", &sxf, DType::f32, {C}}, {"count_all", &count, DType::f32, {K}},
+    ASSERT_EQ(run("backward_elemt", {{"dy", &gs[size_t(k)], DType::f32, sh},
+                                     {"x", &xs[size_t(k)], DType::f32, sh},
+                                     {"mean", &mean, DType::f32, {C}},
+                                     {"invstd", &invstd, DType::f32, {C}},
+                                     {"weight", &w, DType::f32, {C}},
+                                     {"sum_dy", &sf, DType::f32, {C}},
+                                     {"sum_dy_xmu", &sxf, DType::f32, {C}},
+                                     {"count_all", &count, DType::f32, {K}},
                                      {"dx", &dx, DType::f32, sh}}),
               "");
     for (size_t i = 0; i < dx.size(); ++i) {
@@ -255,29 +273,56 @@ TEST(SyncbnLayout, ChannelsLastAgreesWithNchw) {
     std::vector<float> x = draw(size_t(N * C * HW), -1, 3, 11), g = draw(size_t(N * C * HW), -1, 1, 12);
     std::vector<float> xl = to_last(x, N, C, HW), gl = to_last(g, N, C, HW);
     std::vector<float> m1, v1, m2, v2;
-    ASSERT_EQ(run("welford", {{"x", &x, t, {N, C, HW}}, {"mean", &m1, DType::f32, {C}}, {"var_biased", &v1, DType::f32, {C}}}), "");
-    ASSERT_EQ(run("welford_c_last", {{"x", &xl, t, {M, C}}, {"mean", &m2, DType::f32, {C}}, {"var_biased", &v2, DType::f32, {C}}}), "");
+    ASSERT_EQ(run("welford",
+                  {{"x", &x, t, {N, C, HW}}, {"mean", &m1, DType::f32, {C}}, {"var_biased", &v1, DType::f32, {C}}}),
+              "");
+    ASSERT_EQ(run("welford_c_last",
+                  {{"x", &xl, t, {M, C}}, {"mean", &m2, DType::f32, {C}}, {"var_biased", &v2, DType::f32, {C}}}),
+              "");
     for (int64_t c = 0; c < C; ++c) {
       EXPECT_NEAR(m1[size_t(c)], m2[size_t(c)], 1e-6 * (1 + std::fabs(m1[size_t(c)]))) << c;
       EXPECT_NEAR(v1[size_t(c)], v2[size_t(c)], 1e-5 * v1[size_t(c)]) << c;
     }
-    std::vector<float> invstd(static_cast<size_t>(C)), w = draw(size_t(C), 0.5f, 1.5f, 13), b = draw(size_t(C), -1, 1, 14);
+    std::vector<float> invstd(static_cast<size_t>(C)), w = draw(size_t(C), 0.5f, 1.5f, 13),
+                                                       b = draw(size_t(C), -1, 1, 14);
     for (int64_t c = 0; c < C; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(v1[size_t(c)] + 1e-5f);
     std::vector<float> y1, y2;
-    ASSERT_EQ(run("forward", {{"x", &x, t, {N, C, HW}}, {"mean", &m1, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                              {"weight", &w, DType::f32, {C}}, {"bias", &b, DType::f32, {C}}, {"y", &y1, t, {N, C, HW}}}), "");
-    ASSERT_EQ(run("forward_c_last", {{"x", &xl, t, {M, C}}, {"mean", &m1, DType::f32, {C}}, {"invstd", &invstd, DType::f32, {C}},
-                                     {"weight", &w, DType::f32, {C}}, {"bias", &b, DType::f32, {C}}, {"y", &y2, t, {M, C}}}), "");
+    ASSERT_EQ(run("forward", {{"x", &x, t, {N, C, HW}},
+                              {"mean", &m1, DType::f32, {C}},
+                              {"invstd", &invstd, DType::f32, {C}},
+                              {"weight", &w, DType::f32, {C}},
+                              {"bias", &b, DType::f32, {C}},
+                              {"y", &y1, t, {N, C, HW}}}),
+              "");
+    ASSERT_EQ(run("forward_c_last", {{"x", &xl, t, {M, C}},
+                                     {"mean", &m1, DType::f32, {C}},
+                                     {"invstd", &invstd, DType::f32, {C}},
+                                     {"weight", &w, DType::f32, {C}},
+                                     {"bias", &b, DType::f32, {C}},
+                                     {"y", &y2, t, {M, C}}}),
+              "");
     EXPECT_EQ(to_last(y1, N, C, HW), y2);
     std::vector<float> sd = draw(size_t(C), -5, 5, 15), sdx = draw(size_t(C), -5, 5, 16), cnt = {float(M)}, d1, d2;
-    ASSERT_EQ(run("backward_elemt", {{"dy", &g, t, {N, C, HW}}, {"x", &x, t, {N, C, HW}}, {"mean", &m1, DType::f32, {C}},
-                                     {"invstd", &invstd, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
-                                     {"sum_dy", &sd, DType::f32, {C}}, {"sum_dy_xmu", &sdx, DType::f32, {C}},
-                                     {"count_all", &cnt, DType::f32, {1}}, {"dx", &d1, t, {N, C, HW}}}), "");
-    ASSERT_EQ(run("backward_elemt_c_last", {{"dy", &gl, t, {M, C}}, {"x", &xl, t, {M, C}}, {"mean", &m1, DType::f32, {C}},
-                                            {"invstd", &invstd, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
-                                            {"sum_dy", &sd, DType::f32, {C}}, {"sum_dy_xmu", &sdx, DType::f32, {C}},
-                                            {"count_all", &cnt, DType::f32, {1}}, {"dx", &d2, t, {M, C}}}), "");
+    ASSERT_EQ(run("backward_elemt", {{"dy", &g, t, {N, C, HW}},
+                                     {"x", &x, t, {N, C, HW}},
+                                     {"mean", &m1, DType::f32, {C}},
+                                     {"invstd", &invstd, DType::f32, {C}},
+                                     {"weight", &w, DType::f32, {C}},
+                                     {"sum_dy", &sd, DType::f32, {C}},
+                                     {"sum_dy_xmu", &sdx, DType::f32, {C}},
+                                     {"count_all", &cnt, DType::f32, {1}},
+                                     {"dx", &d1, t, {N, C, HW}}}),
+              "");
+    ASSERT_EQ(run("backward_elemt_c_last", {{"dy", &gl, t, {M, C}},
+                                            {"x", &xl, t, {M, C}},
+                                            {"mean", &m1, DType::f32, {C}},
+                                            {"invstd", &invstd, DType::f32, {C}},
+                                            {"weight", &w, DType::f32, {C}},
+                                            {"sum_dy", &sd, DType::f32, {C}},
+                                            {"sum_dy_xmu", &sdx, DType::f32, {C}},
+                                            {"count_all", &cnt, DType::f32, {1}},
+                                            {"dx", &d2, t, {M, C}}}),
+              "");
     EXPECT_EQ(to_last(d1, N, C, HW), d2);
   }
 }
@@ -322,9 +367,13 @@ TEST(SyncbnWelford, ReductionBitsDoNotDependOnThreads) {
                     threads),
                 "");
       ASSERT_EQ(run(s.last ? "backward_reduce_c_last" : "backward_reduce",
-                    {{"dy", &g, DType::f32, xs}, {"x", &x, DType::f32, xs}, {"mean", &mean, DType::f32, {s.c}},
-                     {"invstd", &invstd, DType::f32, {s.c}}, {"sum_dy", &sd, DType::f32, {s.c}},
-                     {"sum_dy_xmu", &sdx, DType::f32, {s.c}}, {"grad_weight", &gw, DType::f32, {s.c}},
+                    {{"dy", &g, DType::f32, xs},
+                     {"x", &x, DType::f32, xs},
+                     {"mean", &mean, DType::f32, {s.c}},
+                     {"invstd", &invstd, DType::f32, {s.c}},
+                     {"sum_dy", &sd, DType::f32, {s.c}},
+                     {"sum_dy_xmu", &sdx, DType::f32, {s.c}},
+                     {"grad_weight", &gw, DType::f32, {s.c}},
                      {"grad_bias", &gb, DType::f32, {s.c}}},
                     threads),
                 "");
@@ -334,7 +383,8 @@ TEST(SyncbnWelford, ReductionBitsDoNotDependOnThreads) {
         continue;
       }
       for (size_t k = 0; k < got.size(); ++k)
-        EXPECT_EQ(std::memcmp(first[k].data(), got[k].data(), got[k].size() * 4), 0) << threads << " threads, output " << k;
+        EXPECT_EQ(std::memcmp(first[k].data(), got[k].data(), got[k].size() * 4), 0)
+            << threads << " threads, output " << k;
     }
   }
 }
@@ -356,20 +406,29 @@ TEST(SyncbnWelford, NanStaysInItsChannelAndOneElement) {
     }
   }
   std::vector<float> one = {2.75f}, m, v;
-  ASSERT_EQ(run("welford", {{"x", &one, DType::f32, {1, 1, 1}}, {"mean", &m, DType::f32, {1}}, {"var_biased", &v, DType::f32, {1}}}), "");
+  ASSERT_EQ(
+      run("welford",
+          {{"x", &one, DType::f32, {1, 1, 1}}, {"mean", &m, DType::f32, {1}}, {"var_biased", &v, DType::f32, {1}}}),
+      "");
   EXPECT_EQ(m[0], 2.75f);
   EXPECT_EQ(v[0], 0.0f);
 }
 
 TEST(SyncbnWelford, EmptyInputsGiveEmptyStatistics) {
   std::vector<float> x, g, m, v, mean = {1, 2}, invstd = {1, 1}, sd, sdx, gw, gb;
-  ASSERT_EQ(run("welford", {{"x", &x, DType::f32, {0, 2, 5}}, {"mean", &m, DType::f32, {2}}, {"var_biased", &v, DType::f32, {2}}}), "");
+  ASSERT_EQ(run("welford",
+                {{"x", &x, DType::f32, {0, 2, 5}}, {"mean", &m, DType::f32, {2}}, {"var_biased", &v, DType::f32, {2}}}),
+            "");
   EXPECT_EQ(m, std::vector<float>({0, 0}));
   EXPECT_EQ(v, std::vector<float>({0, 0}));
-  ASSERT_EQ(run("backward_reduce_c_last",
-                {{"dy", &g, DType::f32, {0, 2}}, {"x", &x, DType::f32, {0, 2}}, {"mean", &mean, DType::f32, {2}},
-                 {"invstd", &invstd, DType::f32, {2}}, {"sum_dy", &sd, DType::f32, {2}}, {"sum_dy_xmu", &sdx, DType::f32, {2}},
-                 {"grad_weight", &gw, DType::f32, {2}}, {"grad_bias", &gb, DType::f32, {2}}}),
+  ASSERT_EQ(run("backward_reduce_c_last", {{"dy", &g, DType::f32, {0, 2}},
+                                           {"x", &x, DType::f32, {0, 2}},
+                                           {"mean", &mean, DType::f32, {2}},
+                                           {"invstd", &invstd, DType::f32, {2}},
+                                           {"sum_dy", &sd, DType::f32, {2}},
+                                           {"sum_dy_xmu", &sdx, DType::f32, {2}},
+                                           {"grad_weight", &gw, DType::f32, {2}},
+                                           {"grad_bias", &gb, DType::f32, {2}}}),
             "");
   for (const auto* o : {&sd, &sdx, &gw, &gb}) EXPECT_EQ(*o, std::vector<float>({0, 0}));
 }
@@ -383,20 +442,33 @@ TEST(SyncbnArgs, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
     const char* text;
   };
   const Want cases[] = {
-      {{10, 2.5f, 4}, {K, C}, DType::f32, "welford_parallel: argument 2 (count_all) element 1 is 2.5; counts are integers >= 0"},
+      {{10, 2.5f, 4},
+       {K, C},
+       DType::f32,
+       "welford_parallel: argument 2 (count_all) element 1 is 2.5; counts are integers >= 0"},
       {{10, -1, 4}, {K, C}, DType::f32, "argument 2 (count_all) element 1 is -1"},
-      {{1, 0, 0}, {K, C}, DType::f32, "argument 2 (count_all) sums to 1; the unbiased running variance needs more than 1"},
+      {{1, 0, 0},
+       {K, C},
+       DType::f32,
+       "argument 2 (count_all) sums to 1; the unbiased running variance needs more than 1"},
       {{10, 2, 4}, {K, C + 1}, DType::f32, "welford_parallel: argument 1 (var_all) has size 5 in dim 1, expected 4"},
-      {{10, 2, 4}, {K, C}, DType::f16, "welford_parallel: argument 0 (mean_all) must be a 2-D f32 tensor [K, C], got 2-D f16"},
+      {{10, 2, 4},
+       {K, C},
+       DType::f16,
+       "welford_parallel: argument 0 (mean_all) must be a 2-D f32 tensor [K, C], got 2-D f16"},
   };
   for (const Want& w : cases) {
     SCOPED_TRACE(w.text);
     std::vector<float> ma = draw(size_t(K * C), -1, 1, 51), va = draw(size_t(K * (C + 1)), 0.5f, 1, 52);
-    std::vector<float> counts = w.counts, rm = draw(size_t(C), -1, 1, 53), rv = draw(size_t(C), 0.5f, 1, 54), mean, invstd;
+    std::vector<float> counts = w.counts, rm = draw(size_t(C), -1, 1, 53), rv = draw(size_t(C), 0.5f, 1, 54), mean,
+                       invstd;
     const std::vector<float> rm0 = rm;
-    const std::string err = run("welford_parallel", {{"mean_all", &ma, w.mean_dtype, {K, C}}, {"var_all", &va, DType::f32, w.var_shape},
-                                                     {"count_all", &counts, DType::f32, {K}}, {"running_mean", &rm, DType::f32, {C}},
-                                                     {"running_var", &rv, DType::f32, {C}}, {"mean", &mean, DType::f32, {C}},
+    const std::string err = run("welford_parallel", {{"mean_all", &ma, w.mean_dtype, {K, C}},
+                                                     {"var_all", &va, DType::f32, w.var_shape},
+                                                     {"count_all", &counts, DType::f32, {K}},
+                                                     {"running_mean", &rm, DType::f32, {C}},
+                                                     {"running_var", &rv, DType::f32, {C}},
+                                                     {"mean", &mean, DType::f32, {C}},
                                                      {"invstd", &invstd, DType::f32, {C}}});
     EXPECT_NE(err.find(w.text), std::string::npos) << err;
     expect_one_line(err);
@@ -405,28 +477,52 @@ TEST(SyncbnArgs, BadArgumentsFailWithAOneLineReasonAndWriteNothing) {
   }
   // data entries: shapes and dtypes against x
   const int64_t N = 2, HW = 7;
-  std::vector<float> x = draw(size_t(N * C * HW), -1, 1, 55), ch = draw(size_t(C + 1), 0.5f, 1, 56), y, cnt = {float(N * HW)};
-  std::string err = run("forward", {{"x", &x, DType::f32, {N, C, HW}}, {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                    {"weight", &ch, DType::f32, {C + 1}}, {"bias", &ch, DType::f32, {C}}, {"y", &y, DType::f32, {N, C, HW}}});
+  std::vector<float> x = draw(size_t(N * C * HW), -1, 1, 55), ch = draw(size_t(C + 1), 0.5f, 1, 56), y,
+                     cnt = {float(N * HW)};
+  std::string err = run("forward", {{"x", &x, DType::f32, {N, C, HW}},
+                                    {"mean", &ch, DType::f32, {C}},
+                                    {"invstd", &ch, DType::f32, {C}},
+                                    {"weight", &ch, DType::f32, {C + 1}},
+                                    {"bias", &ch, DType::f32, {C}},
+                                    {"y", &y, DType::f32, {N, C, HW}}});
   EXPECT_NE(err.find("forward: argument 3 (weight) has size 5 in dim 0, expected 4"), std::string::npos) << err;
   for (float v : y) ASSERT_TRUE(std::isnan(v)) << "y written despite the error";
-  err = run("forward_c_last", {{"x", &x, DType::f32, {N, C, HW}}, {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                               {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}}, {"y", &y, DType::f32, {N, C, HW}}});
-  EXPECT_NE(err.find("forward_c_last: argument 0 (x) must be a 2-D f32/f16/bf16 tensor [M, C]"), std::string::npos) << err;
-  err = run("forward", {{"x", &x, DType::f32, {N, C, HW}}, {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                        {"weight", &ch, DType::bf16, {C}}, {"bias", &ch, DType::f32, {C}}, {"y", &y, DType::f32, {N, C, HW}}});
+  err = run("forward_c_last", {{"x", &x, DType::f32, {N, C, HW}},
+                               {"mean", &ch, DType::f32, {C}},
+                               {"invstd", &ch, DType::f32, {C}},
+                               {"weight", &ch, DType::f32, {C}},
+                               {"bias", &ch, DType::f32, {C}},
+                               {"y", &y, DType::f32, {N, C, HW}}});
+  EXPECT_NE(err.find("forward_c_last: argument 0 (x) must be a 2-D f32/f16/bf16 tensor [M, C]"), std::string::npos)
+      << err;
+  err = run("forward", {{"x", &x, DType::f32, {N, C, HW}},
+                        {"mean", &ch, DType::f32, {C}},
+                        {"invstd", &ch, DType::f32, {C}},
+                        {"weight", &ch, DType::bf16, {C}},
+                        {"bias", &ch, DType::f32, {C}},
+                        {"y", &y, DType::f32, {N, C, HW}}});
   EXPECT_NE(err.find("forward: argument 3 (weight) has dtype bf16, expected f32"), std::string::npos) << err;
   std::vector<float> dx, zero = {0};
-  err = run("backward_elemt", {{"dy", &x, DType::f32, {N, C, HW}}, {"x", &x, DType::f32, {N, C, HW}}, {"mean", &ch, DType::f32, {C}},
-                               {"invstd", &ch, DType::f32, {C}}, {"weight", &ch, DType::f32, {C}}, {"sum_dy", &ch, DType::f32, {C}},
-                               {"sum_dy_xmu", &ch, DType::f32, {C}}, {"count_all", &zero, DType::f32, {1}},
+  err = run("backward_elemt", {{"dy", &x, DType::f32, {N, C, HW}},
+                               {"x", &x, DType::f32, {N, C, HW}},
+                               {"mean", &ch, DType::f32, {C}},
+                               {"invstd", &ch, DType::f32, {C}},
+                               {"weight", &ch, DType::f32, {C}},
+                               {"sum_dy", &ch, DType::f32, {C}},
+                               {"sum_dy_xmu", &ch, DType::f32, {C}},
+                               {"count_all", &zero, DType::f32, {1}},
                                {"dx", &dx, DType::f32, {N, C, HW}}});
   EXPECT_NE(err.find("backward_elemt: argument 7 (count_all) sums to 0"), std::string::npos) << err;
   expect_one_line(err);
   for (float v : dx) ASSERT_TRUE(std::isnan(v)) << "dx written despite the error";
-  err = run("backward_reduce", {{"dy", &x, DType::f32, {N, C, HW}}, {"x", &x, DType::f16, {N, C, HW}}, {"mean", &ch, DType::f32, {C}},
-                                {"invstd", &ch, DType::f32, {C}}, {"sum_dy", &dx, DType::f32, {C}}, {"sum_dy_xmu", &dx, DType::f32, {C}},
-                                {"grad_weight", &dx, DType::f32, {C}}, {"grad_bias", &dx, DType::f32, {C}}});
+  err = run("backward_reduce", {{"dy", &x, DType::f32, {N, C, HW}},
+                                {"x", &x, DType::f16, {N, C, HW}},
+                                {"mean", &ch, DType::f32, {C}},
+                                {"invstd", &ch, DType::f32, {C}},
+                                {"sum_dy", &dx, DType::f32, {C}},
+                                {"sum_dy_xmu", &dx, DType::f32, {C}},
+                                {"grad_weight", &dx, DType::f32, {C}},
+                                {"grad_bias", &dx, DType::f32, {C}}});
   EXPECT_NE(err.find("backward_reduce: argument 1 (x) has dtype f16, expected f32"), std::string::npos) << err;
   opf_call raw{"sideways", nullptr, 0, nullptr, 0, nullptr, nullptr};
   char msg[256] = "";
@@ -442,23 +538,29 @@ float stored_as(DType t, float v) {
 }
 
 // The channels-last forward's args with an optional z; y comes back in *y.
-std::string forward_last(DType t, int64_t M, int64_t C, std::vector<float>& x, std::vector<float>* z, std::vector<float>& m,
-                         std::vector<float>& is, std::vector<float>& w, std::vector<float>& b, std::vector<float>& y,
-                         bool relu, int threads = 0) {
+std::string forward_last(DType t, int64_t M, int64_t C, std::vector<float>& x, std::vector<float>* z,
+                         std::vector<float>& m, std::vector<float>& is, std::vector<float>& w, std::vector<float>& b,
+                         std::vector<float>& y, bool relu, int threads = 0) {
   std::vector<Arg> a = {{"x", &x, t, {M, C}}};
   if (z) a.push_back({"z", z, t, {M, C}});
-  a.insert(a.end(), {{"mean", &m, DType::f32, {C}}, {"invstd", &is, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
-                     {"bias", &b, DType::f32, {C}}, {"y", &y, t, {M, C}}});
+  a.insert(a.end(), {{"mean", &m, DType::f32, {C}},
+                     {"invstd", &is, DType::f32, {C}},
+                     {"weight", &w, DType::f32, {C}},
+                     {"bias", &b, DType::f32, {C}},
+                     {"y", &y, t, {M, C}}});
   return run(z ? "forward_z_c_last" : "forward_c_last", a, threads, {{"fuse_relu", relu ? 1.0 : 0.0}});
 }
 
-std::string relu_backward(DType t, int64_t M, int64_t C, std::vector<float>& dy, std::vector<float>& x, std::vector<float>* z,
-                          std::vector<float>& m, std::vector<float>& is, std::vector<float>& w, std::vector<float>& b,
-                          std::vector<float>& out, int threads = 0) {
+std::string relu_backward(DType t, int64_t M, int64_t C, std::vector<float>& dy, std::vector<float>& x,
+                          std::vector<float>* z, std::vector<float>& m, std::vector<float>& is, std::vector<float>& w,
+                          std::vector<float>& b, std::vector<float>& out, int threads = 0) {
   std::vector<Arg> a = {{"dy", &dy, t, {M, C}}, {"x", &x, t, {M, C}}};
   if (z) a.push_back({"z", z, t, {M, C}});
-  a.insert(a.end(), {{"mean", &m, DType::f32, {C}}, {"invstd", &is, DType::f32, {C}}, {"weight", &w, DType::f32, {C}},
-                     {"bias", &b, DType::f32, {C}}, {"dy_masked", &out, t, {M, C}}});
+  a.insert(a.end(), {{"mean", &m, DType::f32, {C}},
+                     {"invstd", &is, DType::f32, {C}},
+                     {"weight", &w, DType::f32, {C}},
+                     {"bias", &b, DType::f32, {C}},
+                     {"dy_masked", &out, t, {M, C}}});
   return run(z ? "relu_backward_z_c_last" : "relu_backward_c_last", a, threads);
 }
 
@@ -470,9 +572,10 @@ TEST(SyncbnRelu, ResidualAndReluAgainstFloat64AndTheForwardsZeros) {
   const int64_t M = 53, C = 37;
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     SCOPED_TRACE(std::string(opf::dtype_name(t)));
-    std::vector<float> x = draw(size_t(M * C), -1, 3, 71), z = draw(size_t(M * C), -1.5f, 1.5f, 72), dy = draw(size_t(M * C), 0.25f, 1, 73);
-    std::vector<float> m = draw(size_t(C), 0.5f, 1.5f, 74), is = draw(size_t(C), 0.5f, 1.5f, 75), w = draw(size_t(C), 0.5f, 1.5f, 76),
-                       b = draw(size_t(C), -1, 1, 77);
+    std::vector<float> x = draw(size_t(M * C), -1, 3, 71), z = draw(size_t(M * C), -1.5f, 1.5f, 72),
+                       dy = draw(size_t(M * C), 0.25f, 1, 73);
+    std::vector<float> m = draw(size_t(C), 0.5f, 1.5f, 74), is = draw(size_t(C), 0.5f, 1.5f, 75),
+                       w = draw(size_t(C), 0.5f, 1.5f, 76), b = draw(size_t(C), -1, 1, 77);
     // the values as stored in t (the kernel sees these)
     for (auto* v : {&x, &z, &dy})
       for (float& e : *v) e = stored_as(t, e);
@@ -495,7 +598,8 @@ TEST(SyncbnRelu, ResidualAndReluAgainstFloat64AndTheForwardsZeros) {
         for (int64_t r = 0; r < M; ++r)
           for (int64_t c = 0; c < C; ++c) {
             const size_t j = size_t(r * C + c);
-            const double pre = (double(x[j]) - m[size_t(c)]) * is[size_t(c)] * w[size_t(c)] + b[size_t(c)] + (with_z ? z[j] : 0.0);
+            const double pre =
+                (double(x[j]) - m[size_t(c)]) * is[size_t(c)] * w[size_t(c)] + b[size_t(c)] + (with_z ? z[j] : 0.0);
             const double want = relu && pre <= 0 ? 0.0 : pre;
             ASSERT_NEAR(y[j], want, tol * (1 + std::fabs(pre))) << r << ", " << c;
             if (relu) {
@@ -524,14 +628,15 @@ TEST(SyncbnRelu, ResidualAndReluAgainstFloat64AndTheForwardsZeros) {
 TEST(SyncbnRelu, BoundaryZeroTinyAndNaN) {
   const int64_t M = 3, C = 37;  // vector bodies (4, 8 or 16 lanes) and a scalar tail
   const float tiny = std::numeric_limits<float>::denorm_min();
-  std::vector<float> m = draw(size_t(C), -1, 1, 81), is = draw(size_t(C), 0.5f, 2, 82), w = draw(size_t(C), 0.5f, 1.5f, 83);
+  std::vector<float> m = draw(size_t(C), -1, 1, 81), is = draw(size_t(C), 0.5f, 2, 82),
+                     w = draw(size_t(C), 0.5f, 1.5f, 83);
   std::vector<float> x(static_cast<size_t>(M * C)), z(static_cast<size_t>(M * C)), b(static_cast<size_t>(C));
   std::vector<float> dy = draw(size_t(M * C), 0.5f, 1, 84);
   for (int64_t c = 0; c < C; ++c) b[size_t(c)] = c % 3 == 0 ? -0.0f : c % 3 == 1 ? 0.5f : -0.25f;
   for (int64_t r = 0; r < M; ++r)
     for (int64_t c = 0; c < C; ++c) {
       const size_t j = size_t(r * C + c);
-      x[j] = m[size_t(c)];                                      // x - mean = 0 exactly
+      x[j] = m[size_t(c)];  // x - mean = 0 exactly
       z[j] = r == 0 ? -b[size_t(c)] : r == 1 ? tiny - b[size_t(c)] : -tiny - b[size_t(c)];
     }
   // b + z in f32: 0 (row 0); for b = +-0 exactly +-tiny (rows 1, 2), else it rounds to 0 or
@@ -607,41 +712,61 @@ TEST(SyncbnRelu, BadArgumentsNameTheArgumentAndWriteNothing) {
     return true;
   };
   // z of another shape, dtype; z given to the entry without one is an argument count error
-  std::string err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}}, {"z", &x, DType::f32, {M, C - 1}},
-                                             {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                             {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+  std::string err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}},
+                                             {"z", &x, DType::f32, {M, C - 1}},
+                                             {"mean", &ch, DType::f32, {C}},
+                                             {"invstd", &ch, DType::f32, {C}},
+                                             {"weight", &ch, DType::f32, {C}},
+                                             {"bias", &ch, DType::f32, {C}},
                                              {"y", &y, DType::f32, {M, C}}});
   EXPECT_NE(err.find("forward_z_c_last: argument 1 (z) has size 4 in dim 1, expected 5"), std::string::npos) << err;
   expect_one_line(err);
   EXPECT_TRUE(nothing_written(y));
-  err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}}, {"z", &x, DType::f16, {M, C}},
-                                 {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                 {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+  err = run("forward_z_c_last", {{"x", &x, DType::f32, {M, C}},
+                                 {"z", &x, DType::f16, {M, C}},
+                                 {"mean", &ch, DType::f32, {C}},
+                                 {"invstd", &ch, DType::f32, {C}},
+                                 {"weight", &ch, DType::f32, {C}},
+                                 {"bias", &ch, DType::f32, {C}},
                                  {"y", &y, DType::f32, {M, C}}});
   EXPECT_NE(err.find("forward_z_c_last: argument 1 (z) has dtype f16, expected f32"), std::string::npos) << err;
   EXPECT_TRUE(nothing_written(y));
-  err = run("relu_backward_z_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
-                                       {"z", &x, DType::f32, {M * C}}, {"mean", &ch, DType::f32, {C}},
-                                       {"invstd", &ch, DType::f32, {C}}, {"weight", &ch, DType::f32, {C}},
-                                       {"bias", &ch, DType::f32, {C}}, {"dy_masked", &g, DType::f32, {M, C}}});
+  err = run("relu_backward_z_c_last", {{"dy", &x, DType::f32, {M, C}},
+                                       {"x", &x, DType::f32, {M, C}},
+                                       {"z", &x, DType::f32, {M * C}},
+                                       {"mean", &ch, DType::f32, {C}},
+                                       {"invstd", &ch, DType::f32, {C}},
+                                       {"weight", &ch, DType::f32, {C}},
+                                       {"bias", &ch, DType::f32, {C}},
+                                       {"dy_masked", &g, DType::f32, {M, C}}});
   EXPECT_NE(err.find("argument 2 (z)"), std::string::npos) << err;
   expect_one_line(err);
   EXPECT_TRUE(nothing_written(g));
-  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
-                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C + 1}},
+  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}},
+                                     {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}},
+                                     {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}},
+                                     {"bias", &ch, DType::f32, {C + 1}},
                                      {"dy_masked", &g, DType::f32, {M, C}}});
-  EXPECT_NE(err.find("relu_backward_c_last: argument 5 (bias) has size 6 in dim 0, expected 5"), std::string::npos) << err;
+  EXPECT_NE(err.find("relu_backward_c_last: argument 5 (bias) has size 6 in dim 0, expected 5"), std::string::npos)
+      << err;
   EXPECT_TRUE(nothing_written(g));
-  err = run("relu_backward_c_last", {{"dy", &x, DType::bf16, {M, C}}, {"x", &x, DType::f32, {M, C}},
-                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+  err = run("relu_backward_c_last", {{"dy", &x, DType::bf16, {M, C}},
+                                     {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}},
+                                     {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}},
+                                     {"bias", &ch, DType::f32, {C}},
                                      {"dy_masked", &g, DType::f32, {M, C}}});
   EXPECT_NE(err.find("relu_backward_c_last: argument 1 (x) has dtype f32, expected bf16"), std::string::npos) << err;
   EXPECT_TRUE(nothing_written(g));
-  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}}, {"x", &x, DType::f32, {M, C}},
-                                     {"mean", &ch, DType::f32, {C}}, {"invstd", &ch, DType::f32, {C}},
-                                     {"weight", &ch, DType::f32, {C}}, {"bias", &ch, DType::f32, {C}},
+  err = run("relu_backward_c_last", {{"dy", &x, DType::f32, {M, C}},
+                                     {"x", &x, DType::f32, {M, C}},
+                                     {"mean", &ch, DType::f32, {C}},
+                                     {"invstd", &ch, DType::f32, {C}},
+                                     {"weight", &ch, DType::f32, {C}},
+                                     {"bias", &ch, DType::f32, {C}},
                                      {"dy_masked", &g, DType::f32, {M, C + 1}}});
   EXPECT_NE(err.find("argument 6 (dy_masked) has size 6 in dim 1, expected 5"), std::string::npos) << err;
   // there is no NCHW relu_backward (apex has none): an unknown entry at the module
@@ -712,11 +837,17 @@ TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
   write_npy(D + "/c4.npy", {4}, draw(4, 0.5f, 1.5f, 63));
   write_npy(D + "/counts.npy", {2}, {10.0f, 3.5f});
   write_npy(D + "/k2c3.npy", {2, 3}, draw(6, 0.5f, 1.5f, 64));
-  const std::vector<std::string> fwd = {"--entry", "forward", "--in", "x=" + D + "/x.npy", "--in", "mean=" + D + "/c3.npy",
-                                        "--in", "invstd=" + D + "/c3.npy", "--in", "bias=" + D + "/c3.npy"};
-  const std::vector<std::string> par = {"--entry", "welford_parallel", "--in", "mean_all=" + D + "/k2c3.npy",
-                                        "--in", "var_all=" + D + "/k2c3.npy", "--in", "count_all=" + D + "/counts.npy",
-                                        "--in", "running_mean=" + D + "/c3.npy", "--in", "running_var=" + D + "/c3.npy"};
+  const std::vector<std::string> fwd = {"--entry", "forward",
+                                        "--in",    "x=" + D + "/x.npy",
+                                        "--in",    "mean=" + D + "/c3.npy",
+                                        "--in",    "invstd=" + D + "/c3.npy",
+                                        "--in",    "bias=" + D + "/c3.npy"};
+  const std::vector<std::string> par = {"--entry", "welford_parallel",
+                                        "--in",    "mean_all=" + D + "/k2c3.npy",
+                                        "--in",    "var_all=" + D + "/k2c3.npy",
+                                        "--in",    "count_all=" + D + "/counts.npy",
+                                        "--in",    "running_mean=" + D + "/c3.npy",
+                                        "--in",    "running_var=" + D + "/c3.npy"};
   struct BadCase {
     const char* what;
     std::vector<std::string> args;
@@ -730,12 +861,14 @@ TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
       {"weight length", with(fwd, {"--in", "weight=" + D + "/c4.npy"}), "weight"},
       {"missing weight", fwd, "'weight'"},
       {"fractional count", par, "count_all"},
-      {"missing z", {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "mean=" + D + "/c3.npy",
-                     "--in", "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy", "--in", "bias=" + D + "/c3.npy"},
+      {"missing z",
+       {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "mean=" + D + "/c3.npy", "--in",
+        "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy", "--in", "bias=" + D + "/c3.npy"},
        "'z'"},
-      {"z shape", {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "z=" + D + "/x.npy",
-                   "--in", "mean=" + D + "/c3.npy", "--in", "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy",
-                   "--in", "bias=" + D + "/c3.npy"},
+      {"z shape",
+       {"--entry", "forward_z_c_last", "--in", "x=" + D + "/k2c3.npy", "--in", "z=" + D + "/x.npy", "--in",
+        "mean=" + D + "/c3.npy", "--in", "invstd=" + D + "/c3.npy", "--in", "weight=" + D + "/c3.npy", "--in",
+        "bias=" + D + "/c3.npy"},
        "z"},
   };
   const std::string out = D + "/out";
