@@ -10,8 +10,6 @@
 // in mode=jit), through the ABI.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,11 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,8 +27,11 @@
 #include "opforge/dtype.h"
 #include "opforge/error.h"
 #include "opforge/loader.h"
+#include "tests/op_cli_check.h"
 
 namespace {
+
+using namespace opf::op_cli_check;
 
 namespace fs = std::filesystem;
 using opf::DType;
@@ -777,59 +775,8 @@ TEST(SyncbnRelu, BadArgumentsNameTheArgumentAndWriteNothing) {
 }
 
 // ---------------------------------------------------------------- opforge op
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/opf_syncbn_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A little-endian C-order f32 .npy file (format 1.0).
-void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& v) {
-  std::string dims;
-  for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = uint16_t(header.size());
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(size_t(numel(shape)) * 4));
-}
-
-std::set<std::string> listing(const std::string& dir) {
-  std::set<std::string> s;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) s.insert(e.path().filename().string());
-  return s;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string err;
-};
-
-CliResult opforge_op(const std::string& exe, const std::string& io, const std::vector<std::string>& args) {
-  std::string cmd = exe + " op syncbn";
-  for (const auto& a : args) cmd += " '" + a + "'";  // test paths hold no quotes
-  cmd += " > " + io + "/stdout 2> " + io + "/stderr";
-  const int st = std::system(cmd.c_str());
-  std::ifstream f(io + "/stderr");
-  std::stringstream s;
-  s << f.rdbuf();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s.str()};
-}
-
 TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
-  const char* exe = std::getenv("OPFORGE_EXE");
-  if (!exe || !fs::exists(exe)) GTEST_SKIP() << "OPFORGE_EXE not set or not built (run through meson test)";
+  OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
   write_npy(D + "/x.npy", {2, 3, 5}, draw(30, -1, 1, 61));
@@ -848,11 +795,6 @@ TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
                                         "--in",    "count_all=" + D + "/counts.npy",
                                         "--in",    "running_mean=" + D + "/c3.npy",
                                         "--in",    "running_var=" + D + "/c3.npy"};
-  struct BadCase {
-    const char* what;
-    std::vector<std::string> args;
-    const char* names;
-  };
   auto with = [](std::vector<std::string> v, std::initializer_list<std::string> more) {
     v.insert(v.end(), more);
     return v;
@@ -872,21 +814,12 @@ TEST(SyncbnCli, BadInputsExit2WithOneLineAndWriteNothing) {
        "z"},
   };
   const std::string out = D + "/out";
-  const auto before = listing(D);
-  for (const BadCase& bc : cases) {
-    SCOPED_TRACE(bc.what);
-    const CliResult r = opforge_op(exe, io.path, with(bc.args, {"--out", out}));
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("opforge op: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(bc.names), std::string::npos) << r.err;
-    EXPECT_EQ(listing(D), before) << "no output dir, temp dir or file left";
-  }
+  expect_refused("syncbn", cases, D, {"--out", out});
   // good calls infer the [C] statistics and y [N, C, HW] from the inputs
-  CliResult ok = opforge_op(exe, io.path, {"--entry", "welford", "--in", "x=" + D + "/x.npy", "--out", out});
+  Result ok = opforge_op("syncbn", io.path, {"--entry", "welford", "--in", "x=" + D + "/x.npy", "--out", out});
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/mean.npy") && fs::exists(out + "/var_biased.npy"));
-  ok = opforge_op(exe, io.path, with(fwd, {"--in", "weight=" + D + "/c3.npy", "--out", out + "2"}));
+  ok = opforge_op("syncbn", io.path, with(fwd, {"--in", "weight=" + D + "/c3.npy", "--out", out + "2"}));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "2/y.npy"));
 }
