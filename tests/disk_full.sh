@@ -45,7 +45,8 @@ expect_refused() {
 touch "$tmp/stamp"
 
 # ---- Chakra writers (the data the regression suite uses; built only with -Dchakra)
-if "$opforge" chakra --help >/dev/null 2>&1; then
+# (`opforge chakra --help` would print the top-level help and succeed in a build without chakra)
+if "$opforge" --help | grep -qE '^ +chakra +'; then
   data=$source/chakra/tests/data/traces/synthetic-linked
   gzip -dc "$data/c102_linked.ref.json.gz" >linked.json                # ~830 KB host+device trace
   gzip -dc "$data/c102_host_unlinked.ref.et.gz" >/dev/null              # the corpus is readable
