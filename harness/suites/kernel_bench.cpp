@@ -168,7 +168,9 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
   }
   const CaseDesc& c = p.drawn.desc;
   st.SetBytesProcessed(int64_t(c.bytes) * int64_t(st.iterations()));
-  st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
+  // no FLOP/s for a case without arithmetic (e.g. a mask draw): the aggregates' cv of an all-zero
+  // counter is 0/0, which google-benchmark writes as a bare NaN, and that is not JSON
+  if (c.flops > 0) st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["bw_frac"] =
       benchmark::Counter(c.bytes / probe_bandwidth(bc.threads), benchmark::Counter::kIsIterationInvariantRate);
   st.counters["threads"] = bc.threads;
