@@ -1,21 +1,26 @@
-// fused_dense — CPU module (contract: ref.cpp). The GEMMs are OpenBLAS's cblas_sgemm; what this
+// fused_dense — CPU module (contract: ref.cpp). The GEMMs are oneDNN matmul primitives; what this
 // module adds is the epilogue: bias, GELU / GELU' and the bias gradient are applied to each
-// output tile while it is still in cache from the sgemm that produced it, one pass, instead of
+// output tile while it is still in cache from the GEMM that produced it, one pass, instead of
 // the separate passes over the whole output that a GEMM + elementwise library call sequence makes.
 //
+// Why oneDNN and not OpenBLAS: Debian 12's OpenBLAS (0.3.21) runs its Haswell (AVX2) sgemm on
+// AVX-512 CPUs it does not know (Zen 4/5 among them): ~90 GFLOP/s a core here, where oneDNN's
+// brgemm matmul (avx512_core) does ~175 on the same 512-row tiles (measured single-threaded).
+//
 // Threads and determinism: every GEMM's output is cut into tiles of rows x columns (M and N only,
-// never K: each output element is one sgemm's dot product over the whole K, in OpenBLAS's own
+// never K: each output element is one matmul's dot product over the whole K, in oneDNN's own
 // order); the tile sizes come from the shape and the tune constants alone, and each tile is one
-// task on the caller's thread pool, calling a single-threaded sgemm. OpenBLAS's own threads are
-// switched off (openblas_set_num_threads(1) before every call that finds them on): its threaded
-// sgemm splits a call by its thread count, which would change the micro-kernel edge cases each
-// element goes through, and so the bits. Column sums (bias gradients) add f32 partials of
-// reduce_rows rows in f64, in tile order. Same bits for any OPFORGE_NUM_THREADS.
-// Tile size: every sgemm call packs its own panels of A (tile_m x K) and B (K x tile_n), so the
-// whole GEMM packs A N/tile_n times and B M/tile_m times where one big call packs B once: large
-// tiles (512 x 512, 1 MiB of f32 output, about L2) keep that near the cost of one call; the
-// epilogue of a tile then reads it from L2/L3, still one pass instead of a trip through memory.
-// f16/bf16: each operand is widened to f32 once per call (exact) and the sgemm runs on that; the
+// task on the caller's thread pool, running a matmul at one OpenMP thread (oneDNN's runtime;
+// the caller's OpenMP setting is restored after each call). A primitive is created at one thread
+// too, so its blocking does not depend on the thread count either: a threaded matmul would split
+// a call by its thread count, which would change the order each element is summed in, and so the
+// bits. Column sums (bias gradients) add f32 partials of reduce_rows rows in f64, in tile order.
+// Same bits for any OPFORGE_NUM_THREADS.
+// Tile size: every matmul call packs its own panel of B (K x tile_n), so the whole GEMM packs B
+// M/tile_m times where one big call packs it once: large tiles (512 x 512, 1 MiB of f32 output,
+// about L2) keep that near the cost of one call; the epilogue of a tile then reads it from
+// L2/L3, still one pass instead of a trip through memory.
+// f16/bf16: each operand is widened to f32 once per call (exact) and the matmul runs on that; the
 // epilogue computes in f32 and rounds to T once per output.
 // Arithmetic as written: no implicit a*b+c -> fma contraction in the epilogue, so that every
 // target and the JIT round the same expressions; first line of the TU on purpose.
@@ -33,14 +38,19 @@
 #endif
 #ifndef OPF_FUSED_DENSE_CPU_COMMON
 #define OPF_FUSED_DENSE_CPU_COMMON
-#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
+#include <compare>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/args.h"
@@ -60,32 +70,75 @@ struct Dense {
   void *y, *a_out, *h_out, *dx, *dw1, *db1, *dw2, *db2;
 };
 
-// A row-major f32 matrix as an sgemm operand: op(M) = M, or Mᵀ when trans.
+// A row-major f32 matrix as a GEMM operand: op(M) = M, or Mᵀ when trans.
 struct Mat {
   const float* p;
   int64_t ld;
   bool trans;
 };
 
-// tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
-inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     float* tile) {
-  const int64_t m = i1 - i0, n = j1 - j0;
-  if (k == 0) {  // an empty sum; sgemm's beta = 0 handling of C is not something to lean on
-    std::fill(tile, tile + m * n, 0.0f);
-    return;
-  }
-  const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
-  const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
-  cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans, B.trans ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), 1.0f, a, int(A.ld), b, int(B.ld), 0.0f, tile, int(n));
+// OpenMP (oneDNN's threading runtime) at one thread on this thread while in scope; the caller's
+// setting comes back after (nthreads-var is per thread: other threads are not affected).
+class OneOmpThread {
+ public:
+  OneOmpThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneOmpThread() { omp_set_num_threads(prev_); }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int prev_;
+};
+
+// One tile shape's GEMM: op(A) [m, k] (leading dimension lda) times op(B) [k, n] (ldb) into a
+// dense [m, n] tile.
+struct GemmShape {
+  int64_t m, n, k, lda, ldb;
+  bool ta, tb;
+  auto operator<=>(const GemmShape&) const = default;
+};
+
+inline const dnnl::engine& Engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// The matmul for a tile shape, created once per process (creation JIT-compiles kernels: ms).
+// The scratchpad is the caller's (user mode): the library's shared one is not safe when
+// primitives run concurrently, as the tiles do.
+struct Gemm {
+  dnnl::memory::desc a, b, c;
+  dnnl::matmul matmul;
+  size_t scratch_bytes;
+};
+inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
+  static std::mutex mu;
+  static std::map<GemmShape, std::shared_ptr<const Gemm>> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (const auto hit = cache.find(s); hit != cache.end()) return hit->second;
+  // a process that sees many shapes: keep the working set bounded (calls in flight hold their own
+  // references)
+  if (cache.size() >= 256) cache.clear();
+  using md = dnnl::memory::desc;
+  const auto f32 = dnnl::memory::data_type::f32;
+  // strides in elements: op(A) row i, column p is at i*lda + p, or at p*lda + i when transposed
+  md a({s.m, s.k}, f32, s.ta ? dnnl::memory::dims{1, s.lda} : dnnl::memory::dims{s.lda, 1});
+  md b({s.k, s.n}, f32, s.tb ? dnnl::memory::dims{1, s.ldb} : dnnl::memory::dims{s.ldb, 1});
+  md c({s.m, s.n}, f32, dnnl::memory::dims{s.n, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const OneOmpThread one;
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, Engine());
+  auto g = std::make_shared<Gemm>(Gemm{a, b, c, dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+  cache[s] = g;
+  return g;
 }
 
 // Scratch that outlives the call, per thread and slot, grown on demand: a fresh multi-MiB buffer
 // per call costs a page fault per 4 KiB page on first touch, which measured more than the whole
-// GELU' epilogue (dH alone is 32 MiB at 2048 x 4096). Pool threads use slot 0 (their tile); the
-// calling thread the others. Contents are garbage on entry.
-enum Slot { kTile, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
+// GELU' epilogue (dH alone is 32 MiB at 2048 x 4096). Pool threads use the first two slots (their tile
+// and its GEMM's scratchpad); the calling thread the others. Contents are garbage on entry.
+enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
 inline float* Scratch(Slot slot, size_t n) {
   thread_local hwy::AlignedFreeUniquePtr<float[]> bufs[kSlots];
   thread_local size_t sizes[kSlots] = {};
@@ -94,6 +147,30 @@ inline float* Scratch(Slot slot, size_t n) {
     sizes[slot] = n;
   }
   return bufs[slot].get();
+}
+
+// tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
+inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     float* tile) {
+  const int64_t m = i1 - i0, n = j1 - j0;
+  if (k == 0) {  // an empty sum
+    std::fill(tile, tile + m * n, 0.0f);
+    return;
+  }
+  const auto g = GemmFor({m, n, k, A.ld, B.ld, A.trans, B.trans});
+  const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
+  const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
+  const dnnl::engine& e = Engine();
+  thread_local dnnl::stream stream(Engine());
+  const dnnl::memory am(g->a, e, const_cast<float*>(a)), bm(g->b, e, const_cast<float*>(b)), cm(g->c, e, tile);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (g->scratch_bytes > 0) {
+    const dnnl::memory::desc sd({int64_t(g->scratch_bytes)}, dnnl::memory::data_type::u8, dnnl::memory::dims{1});
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, e, Scratch(kGemm, (g->scratch_bytes + 3) / 4)));
+  }
+  const OneOmpThread one;
+  g->matmul.execute(stream, args);
+  stream.wait();
 }
 
 // Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
@@ -215,6 +292,12 @@ void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t 
   if (m <= 0 || n <= 0) return;
   const int64_t tm = TileEdge(m, OPF_TUNE_TILE_M), tn = TileEdge(n, OPF_TUNE_TILE_N);
   const int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn;
+  // the (at most four) tile shapes' matmuls are made here, on the calling thread, where an error
+  // reaches the module boundary as an exception
+  if (k > 0)
+    for (const int64_t tile_m : {tm, m - (mt - 1) * tm})
+      for (const int64_t tile_n : {tn, n - (nt - 1) * tn})
+        if (tile_m <= m && tile_n <= n) GemmFor({tile_m, tile_n, k, A.ld, B.ld, A.trans, B.trans});
   opf::cpu::parallel_for(host, mt * nt, [&](int64_t t) {
     const int64_t i0 = (t / nt) * tm, j0 = (t % nt) * tn;
     const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
@@ -404,12 +487,6 @@ int64_t dim_of(const Args& args, int i, const char* name, int d) {
   return t.shape[d];
 }
 
-// cblas takes int sizes and leading dimensions.
-void check_int(const char* entry, const char* what, int64_t v) {
-  if (v > INT_MAX)
-    failf("%s: %s = %lld is beyond OpenBLAS's int sizes (at most %d)", entry, what, (long long)v, INT_MAX);
-}
-
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   Dense a{};
@@ -467,12 +544,7 @@ void call(const opf_call* c, bool execute) {
         "linear_gelu_linear_forward, linear_gelu_linear_backward)",
         c->entry ? c->entry : "");
   }
-  check_int(c->entry, "batch", a.b);
-  check_int(c->entry, "in", a.in);
-  check_int(c->entry, "hidden", a.hid);
-  check_int(c->entry, "out", a.out);
   if (!execute) return;
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see the top of the file
   if (entry == "linear_bias_forward") HWY_DYNAMIC_DISPATCH(RunLinearBiasForward)(a);
   else if (entry == "linear_bias_backward") HWY_DYNAMIC_DISPATCH(RunLinearBiasBackward)(a);
   else if (entry == "linear_gelu_linear_forward") HWY_DYNAMIC_DISPATCH(RunGeluForward)(a);

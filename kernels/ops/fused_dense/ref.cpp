@@ -1,7 +1,7 @@
 // fused_dense — float64 reference and case description.
 //
 // Contract (case shape [batch, in, hidden, out]; T = f32 | f16 | bf16 storage; every GEMM in f32
-// (OpenBLAS sgemm: T operands are widened to f32 once per call, exactly), the epilogue in f32,
+// (oneDNN f32 matmul: T operands are widened to f32 once per call, exactly), the epilogue in f32,
 // one rounding to T per output; intermediates that are not outputs (linear_gelu_linear's A as the
 // second GEMM reads it, dA, dH) stay in f32 and are never rounded to T):
 //   linear_bias_forward (x [batch, in], weight [hidden, in], bias [hidden]) -> y [batch, hidden]
@@ -24,7 +24,7 @@
 //   element of y's row r, every column of dweight).
 //   No params.
 // Tolerance: a GEMM's f32 sum of K products is off by about u_f32·√K·(the rms of its output) for
-// zero-mean data (the errors of the products and partial sums add like a random walk; OpenBLAS's
+// zero-mean data (the errors of the products and partial sums add like a random walk; oneDNN's
 // blocking of K changes the order, not that size). Chained GEMMs add their K's: y of
 // linear_gelu_linear carries the first GEMM's error through GELU (|GELU'| <= 1.13) into the
 // second, so reduce_len is in + hidden; the harness's bound is 2·u_f32·√reduce_len·rms(output),
