@@ -31,6 +31,7 @@
 #include "peer_not_built.h"
 #include "peers/peer.h"
 #include "peers/peer_check.h"
+#include "recycling_device.h"
 #include "seed.h"
 #include "staged_case.h"
 
@@ -49,11 +50,11 @@ struct BenchCase {
 };
 
 // The case being measured. google-benchmark calls a benchmark function several times while it
-// settles the iteration count; drawing and staging a 100 MB case once per benchmark (and freeing
-// the previous one) keeps setup out of the timing and memory bounded.
+// settles the iteration count; staging a case once per benchmark (and freeing the previous one)
+// keeps setup out of the timing and memory bounded.
 struct Prepared {
   std::string name;
-  DrawnCase drawn;
+  std::shared_ptr<const DrawnCase> drawn;
   std::unique_ptr<StagedCase> staged;
   const opf_module_info* module = nullptr;
   std::unique_ptr<peers::PeerRun> peer;
@@ -98,24 +99,54 @@ std::string cross_check(const BenchCase& bc) {
   return done[key] = why;
 }
 
+// The devices cases are staged on, by backend, recycling the blocks of the previous staging.
+// Never destroyed: g_current's staging frees into its device at exit.
+std::map<std::string, std::unique_ptr<RecyclingDevice>>& bench_devices() {
+  static auto& devices = *new std::map<std::string, std::unique_ptr<RecyclingDevice>>;
+  return devices;
+}
+
+RecyclingDevice& bench_device(const std::string& backend) {
+  auto& d = bench_devices()[backend];
+  if (!d) d = std::make_unique<RecyclingDevice>(Loader::instance().device(backend));
+  return *d;
+}
+
+// The inputs of one (op, dtype, entry, shape), drawn once and shared by our module and every
+// peer at every thread count, which are registered one after another: all of them time the same
+// data, and a 100 MB case is drawn once instead of 2 x (1 + peers) times (drawing, not timing,
+// was most of the benchmark step's time). Seeded by that key: timings should not depend on the
+// run's seed.
+std::shared_ptr<const DrawnCase> shared_draw(const BenchCase& bc) {
+  static std::string key;
+  static std::shared_ptr<const DrawnCase> drawn;
+  const std::string k = case_name(bc.op->name, "", dtype_name(bc.dtype), bc.entry, bc.shape);
+  if (k == key && drawn) return drawn;
+  drawn.reset();  // free the previous inputs and stagings before drawing the next
+  for (auto& [backend, device] : bench_devices()) device->trim();
+  key = k;
+  drawn = std::make_shared<const DrawnCase>(
+      draw_case(*bc.op, bc.entry, bc.dtype, bc.shape, Variant::random, fnv1a(k), false));
+  return drawn;
+}
+
 Prepared& prepare(const BenchCase& bc) {
   if (g_current && g_current->name == bc.name) return *g_current;
   g_current.reset();  // free the previous case first
   auto p = std::make_unique<Prepared>();
   p->name = bc.name;
   try {
-    // Fixed data: timings should not depend on the run's seed.
-    p->drawn = draw_case(*bc.op, bc.entry, bc.dtype, bc.shape, Variant::random, fnv1a(bc.name), false);
-    if (!p->drawn.desc.unsupported.empty()) throw Error("case not supported: " + p->drawn.desc.unsupported);
+    p->drawn = shared_draw(bc);
+    if (!p->drawn->desc.unsupported.empty()) throw Error("case not supported: " + p->drawn->desc.unsupported);
     const Params params = bc.op->default_params();
     if (bc.peer) {
       if (std::string why = cross_check(bc); !why.empty()) throw Error(why);
-      p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, p->drawn);
+      p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, *p->drawn);
       p->peer->run();  // warm-up: first touch of outputs, lazy init
     } else {
       Loader& loader = Loader::instance();
       p->module = loader.load(*bc.op, bc.backend).info;
-      p->staged = std::make_unique<StagedCase>(loader.device(bc.backend), *bc.op, p->drawn, bc.threads);
+      p->staged = std::make_unique<StagedCase>(bench_device(bc.backend), *bc.op, *p->drawn, bc.threads);
       if (std::string why = p->staged->supports(p->module); !why.empty()) throw Error("unsupported: " + why);
       p->staged->run(p->module);
       p->staged->synchronize();
@@ -166,7 +197,7 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
     st.SkipWithError(e.what());
     return;
   }
-  const CaseDesc& c = p.drawn.desc;
+  const CaseDesc& c = p.drawn->desc;
   st.SetBytesProcessed(int64_t(c.bytes) * int64_t(st.iterations()));
   // no FLOP/s for a case without arithmetic (e.g. a mask draw): the aggregates' cv of an all-zero
   // counter is 0/0, which google-benchmark writes as a bare NaN, and that is not JSON
@@ -349,13 +380,13 @@ std::string restage(const BenchCase& bc) {
   try {
     if (p.peer) {
       rotate(p.peer, p.parked_peer, [&] {
-        auto r = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, p.drawn);
+        auto r = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, *p.drawn);
         r->run();  // first touch
         return r;
       });
     } else {
       rotate(p.staged, p.parked_staged, [&] {
-        auto r = std::make_unique<StagedCase>(Loader::instance().device(bc.backend), *bc.op, p.drawn, bc.threads);
+        auto r = std::make_unique<StagedCase>(bench_device(bc.backend), *bc.op, *p.drawn, bc.threads);
         r->run(p.module);  // first touch
         r->synchronize();
         return r;
@@ -435,6 +466,19 @@ int serve(const std::vector<int>& thread_counts) {
   return serve_ab(stdin, stdout, t);
 }
 
+// How large blocks are backed (meson.build's benchmark env asks glibc for transparent huge pages).
+std::string malloc_setting() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  std::string thp = "unknown";
+  if (std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    char line[128] = {};
+    if (std::fgets(line, sizeof line, f)) thp = line;
+    std::fclose(f);
+    while (!thp.empty() && (thp.back() == '\n' || thp.back() == ' ')) thp.pop_back();
+  }
+  return std::string("GLIBC_TUNABLES=") + (tunables ? tunables : "(unset)") + "; transparent_hugepage: " + thp;
+}
+
 }  // namespace
 }  // namespace opf::suites
 
@@ -458,6 +502,7 @@ int main(int argc, char** argv) {
         "opforge_probe",
         "STREAM triad, 3 x 64 MiB, at each benchmark's thread count; bw_frac = bytes_per_second / its mean rate");
     benchmark::AddCustomContext("opforge_threads", std::to_string(opf::default_num_threads()));
+    benchmark::AddCustomContext("opforge_malloc", malloc_setting());
     g_check_seed = base_seed_from_env();
     for (int threads : thread_counts()) register_bandwidth_probe(threads);
     register_cases();
