@@ -115,7 +115,7 @@ RecyclingDevice& bench_device(const std::string& backend) {
 
 // The inputs of one (op, dtype, entry, shape), drawn once and shared by our module and every
 // peer at every thread count, which are registered one after another: all of them time the same
-// data, and a 100 MB case is drawn once instead of 2 x (1 + peers) times (bias_swiglu's 56
+// data, and a 100 MB case is drawn once instead of 2 x (1 + peers) times (one op's 56
 // benchmarks: 77 s -> 63 s). Seeded by that key: timings should not depend on the run's seed.
 std::shared_ptr<const DrawnCase> shared_draw(const BenchCase& bc) {
   static std::string key;
@@ -468,8 +468,8 @@ int serve(const std::vector<int>& thread_counts) {
 
 // Large blocks on transparent huge pages, for every contender in this process alike (ours, the
 // peers, the probe): each benchmark stages its case and each peer allocates its own, and on this
-// project's VMs first-touching 100 MB in 4 KiB pages cost more than the timed loops (bias_swiglu:
-// 58 s -> 32 s for the same 56 benchmarks, medians within run-to-run noise). glibc (2.35+) reads
+// project's VMs first-touching 100 MB in 4 KiB pages cost more than the timed loops (one op:
+// 58 s -> 32 s for its 56 benchmarks, medians within run-to-run noise). glibc (2.35+) reads
 // its tunables at startup only, so the process re-executes itself once with the tunable added;
 // a GLIBC_TUNABLES that already names glibc.malloc.hugetlb (e.g. =0) is respected.
 void ensure_huge_page_malloc(char** argv) {
