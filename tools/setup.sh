@@ -13,7 +13,7 @@ fi
 packages=(
   meson ninja-build pkg-config g++ python3 ccache
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev    # tests, benchmarks, CLI
-  libhwy-dev libdnnl-dev libopenblas-dev libssl-dev          # SIMD dispatch, fused_dense's GEMM and CPU peers, cache keys
+  libhwy-dev libdnnl-dev libopenblas-dev libssl-dev          # SIMD dispatch, kernel GEMM and CPU peers, cache keys
   libtorch-dev                                               # the torch peers (PyTorch 1.13 eager; benchmark binary only)
   protobuf-compiler libprotobuf-dev libsimdjson-dev zlib1g-dev  # chakra
   libtomlplusplus-dev libxml2-dev                            # matrices, JUnit logs
