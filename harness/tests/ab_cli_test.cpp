@@ -72,6 +72,9 @@ std::vector<std::string> quick(const std::string& build, const std::string& out,
           out};
 }
 
+// The band a median paired ratio of one build against itself stays in on this noisy 2-core VM.
+constexpr double kSameLow = 0.7, kSameHigh = 1.4;
+
 const Value* find_bench(const Value& doc, const std::string& prefix) {
   for (const auto& b : doc.get("benchmarks").as_array())
     if (b.str("name").rfind(prefix, 0) == 0) return &b;
@@ -92,8 +95,8 @@ TEST(AbCli, SameBuildAgainstItself) {
   for (const auto& x : b->get("ratios").as_array()) EXPECT_GT(x.as_double(), 0);
   // the same binary on both sides: no systematic bias from the pairing (first/second, warm/cold);
   // whether noise alone ever reads as SLOWER is what tools/ab_rates.sh measures, over many runs
-  EXPECT_GT(b->num("median_ratio"), 0.7);
-  EXPECT_LT(b->num("median_ratio"), 1.4);
+  EXPECT_GT(b->num("median_ratio"), kSameLow);
+  EXPECT_LT(b->num("median_ratio"), kSameHigh);
   const Value* probe = find_bench(doc, "probe/stream_triad/threads:1");
   ASSERT_TRUE(probe);
   EXPECT_EQ(probe->str("role"), "control");
@@ -114,8 +117,10 @@ TEST(AbCli, InjectedSlowdownIsSlowerAndFails) {
   const Value* b = find_bench(doc, "rms_norm/cpu/f32/forward/16384x1024/threads:1");
   ASSERT_TRUE(b);
   EXPECT_EQ(b->str("verdict"), "SLOWER");
-  EXPECT_GT(b->num("median_ratio"), 1.6);
-  EXPECT_LT(b->num("median_ratio"), 2.6);
+  // the spin is a fraction of each call's own time, so the head's noise is doubled with it: the
+  // A/A band scaled by 2 (a CI run read 2.66 against an old upper bound of 2.6)
+  EXPECT_GT(b->num("median_ratio"), 2 * kSameLow);
+  EXPECT_LT(b->num("median_ratio"), 2 * kSameHigh);
   EXPECT_EQ(doc.num("regressions"), 1);
   EXPECT_NE(find_bench(doc, "probe/stream_triad/threads:1")->str("verdict"), "SLOWER");
 }
