@@ -22,8 +22,9 @@
  *
  * Arguments. ptr[i] = the call's argument i in manifest order (kernels/manifest.toml), rows/cols come from
  * tensor 0: cols = its last dimension, rows = the product of the others; shape/ndim are its full
- * shape for ops that need more; param[] = manifest `params` in manifest order (i64, bool and enum
- * params as doubles).
+ * shape; arg_shape[i]/arg_ndim[i] are argument i's (an entry whose first tensor does not carry
+ * every size, e.g. a backward that starts with a per-row gradient); param[] = manifest `params` in
+ * manifest order (i64, bool and enum params as doubles). Tensors are dense and contiguous.
  *
  * Plain C, no includes, fixed-width-free types: NVRTC and hiprtc compile this without host headers;
  * `long long`, `double` and pointers have the same size and alignment on the host (LP64) and on
@@ -51,6 +52,8 @@ typedef struct opf_gpu_args {
   double param[OPF_GPU_MAX_PARAMS];
   int ndim;
   int nargs;
+  long long arg_shape[OPF_GPU_MAX_ARGS][OPF_GPU_MAX_DIMS];
+  int arg_ndim[OPF_GPU_MAX_ARGS];
 } opf_gpu_args;
 
 typedef struct opf_gpu_stage {

@@ -85,6 +85,8 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a) {
       expect *= t.shape[d];
     }
     a.ptr[i] = t.data;
+    a.arg_ndim[i] = t.ndim;
+    for (int d = 0; d < t.ndim; ++d) a.arg_shape[i][d] = t.shape[d];
   }
   for (int i = 0; i < c->nparams; ++i)
     a.param[i] = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
