@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "op/params.h"
-#include "op/shapes.h"
+#include "core/manifest_shapes.h"
 #include "op/text.h"
 #include "opforge/error.h"
 

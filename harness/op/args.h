@@ -1,6 +1,6 @@
 // The host side of one `opforge op` call: the --in NAME=FILE specs grouped by argument, the
 // .npy files read and checked against the entry (names, dtypes, shapes), converted to the
-// call's dtypes, and the shapes of outputs nobody supplied inferred (op/shapes.h).
+// call's dtypes, and the shapes of outputs nobody supplied inferred (core/manifest_shapes.h).
 //
 // File dtypes: an argument of dtype D takes a .npy of exactly D ('<f4', '<f2', '<f8', '<i8',
 // '<i4', '|u1' or '|b1' for u8), except bf16, which NumPy lacks: bf16 arguments are read from

@@ -22,6 +22,7 @@
 #include "peers/peer.h"
 #include "seed.h"
 #include "staged_case.h"
+#include "sweep.h"
 #include "tolerance.h"
 
 namespace opf::suites {
@@ -30,31 +31,12 @@ namespace {
 uint64_t g_base_seed = 0;
 const char* g_argv0 = "opforge-kernel-tests";
 
-struct KernelCase {
-  const OpInfo* op;
-  std::string backend, dtype, entry;
-  Shape shape;
-  std::string name;  // <op>/<backend>/<dtype>/<entry>/<shape>
-};
+using KernelCase = SweepCase;
 
 std::string repro(const KernelCase& c) {
   return "repro: OPFORGE_SEED=" + std::to_string(g_base_seed) + " opforge test --op " + c.op->name + " --backend " +
          c.backend + " --dtype " + c.dtype + "   (or: OPFORGE_SEED=" + std::to_string(g_base_seed) + " " + g_argv0 +
          " --gtest_filter='kernel." + c.name + "')";
-}
-
-// A reference value the storage dtype cannot hold: the variant is outside the op's domain for
-// this dtype (e.g. a large-magnitude f16 reduction), not a kernel error.
-std::string out_of_range(const DrawnCase& d) {
-  for (const RefArg& r : d.ref) {
-    if (r.desc->role == Role::in || !dtype_is_float(r.desc->dtype)) continue;
-    const double mx = dtype_max_finite(r.desc->dtype);
-    for (double v : r.v)
-      if (std::isfinite(v) && std::fabs(v) > mx)
-        return "reference '" + r.desc->name + "' reaches " + std::to_string(v) + ", beyond " +
-               std::string(dtype_name(r.desc->dtype));
-  }
-  return {};
 }
 
 class KernelTest : public ::testing::Test {
@@ -63,82 +45,21 @@ class KernelTest : public ::testing::Test {
 
   void TestBody() override {
     try {
-      run_variants();
+      Loader& loader = Loader::instance();
+      const Availability av = loader.availability(c_.backend);
+      if (!av.ok) GTEST_SKIP() << "backend " << c_.backend << " not available here: " << av.reason;
+      run_sweep(
+          c_, g_base_seed,
+          [&] {
+            return Executor{&loader.device(c_.backend), loader.load(*c_.op, c_.backend).info};
+          },
+          repro(c_));
     } catch (const std::exception& e) {  // no module, a run the module refused, a fill that cannot be drawn
       ADD_FAILURE() << e.what() << "\n" << repro(c_);
     }
   }
 
  private:
-  void run_variants() {
-    Loader& loader = Loader::instance();
-    const Availability av = loader.availability(c_.backend);
-    if (!av.ok) GTEST_SKIP() << "backend " << c_.backend << " not available here: " << av.reason;
-    const DType dtype = *dtype_from_name(c_.dtype);
-    int ran = 0;
-    std::string unsupported;
-    const std::vector<ParamSet> sets = param_sets(*c_.op, test_seed(g_base_seed, c_.name + "/params"));
-    for (const ParamSet& ps : sets) {
-      for (Variant v : all_variants()) {
-        if (&ps != &sets.front() && v != Variant::random) continue;  // other params: the random fill
-        const std::string vname(variant_name(v));
-        SCOPED_TRACE("variant " + vname + ", params " + describe_params(*c_.op, ps.values));
-        const uint64_t seed = test_seed(g_base_seed, c_.name + "/" + vname);
-        DrawnCase d = draw_case(*c_.op, c_.entry, dtype, c_.shape, v, seed, true, &ps.values);
-        if (!d.desc.unsupported.empty()) GTEST_SKIP() << "case not supported by the op: " << d.desc.unsupported;
-        if (auto why = out_of_range(d); !why.empty()) {
-          std::printf("  [variant %s, params %s not run: %s]\n", vname.c_str(), ps.label.c_str(), why.c_str());
-          continue;
-        }
-        const LoadedModule& m = loader.load(*c_.op, c_.backend);
-        StagedCase staged(loader.device(c_.backend), *c_.op, d);
-        if (std::string why = staged.supports(m.info); !why.empty()) {
-          std::printf("  [params %s unsupported: %s]\n", ps.label.c_str(), why.c_str());
-          unsupported = why;
-          continue;
-        }
-        staged.run(m.info);  // throws with the module's one-line reason
-        staged.synchronize();
-        check(d, staged, v);
-        ++ran;
-      }
-    }
-    RecordProperty("base_seed", std::to_string(g_base_seed));
-    RecordProperty("param_sets", std::to_string(sets.size()));
-    if (ran == 0 && !unsupported.empty()) GTEST_SKIP() << "unsupported: " << unsupported;
-    if (ran == 0) GTEST_SKIP() << "every fill variant exceeds the dtype's range for this case";
-  }
-
-  void check(const DrawnCase& d, const StagedCase& staged, Variant v) {
-    const std::string vname(variant_name(v));
-    // per argument name: a list's elements share it, and its worst element is what counts
-    std::map<std::string, std::pair<double, double>> worst;  // name -> (worst ratio, its nmse)
-    for (size_t i = 0; i < d.host.size(); ++i) {
-      const ArgDesc& a = *d.host[i].desc;
-      const std::vector<std::byte> got = staged.fetch(i);
-      if (a.role == Role::in) {
-        EXPECT_EQ(0, std::memcmp(got.data(), d.host[i].bytes.data(), got.size()))
-            << "kernel modified its input '" << a.name << "'\n"
-            << repro(c_);
-        continue;
-      }
-      const double f = c_.op->spec->tolerance_factor ? c_.op->spec->tolerance_factor(c_.entry, a, a.dtype) : 1.0;
-      const Tolerance tol = tolerance_for(a, d.desc, d.kappa, d.ref[i].v, &d.sensitivity[i], f);
-      const Comparison cmp = compare(a, got.data(), d.ref[i].v, tol);
-      auto [it, first] = worst.try_emplace(a.name, cmp.worst_ratio, cmp.nmse);
-      if (!first && !(cmp.worst_ratio <= it->second.first)) it->second = {cmp.worst_ratio, cmp.nmse};
-      EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n  kappa " << d.kappa << ", reduce_len " << d.desc.reduce_len
-                          << ", seed " << test_seed(g_base_seed, c_.name + "/" + vname) << "\n"
-                          << repro(c_);
-    }
-    for (const auto& [name, w] : worst) {
-      RecordProperty(vname + "." + name + ".worst_err_ratio", std::to_string(w.first));
-      RecordProperty(vname + "." + name + ".nmse", std::to_string(w.second));
-    }
-    for (const std::string& name : staged.overrun_args())
-      ADD_FAILURE() << "kernel wrote past the end of argument '" << name << "'\n" << repro(c_);
-  }
-
   KernelCase c_;
 };
 

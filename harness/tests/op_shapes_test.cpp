@@ -1,7 +1,7 @@
-// Symbolic manifest shapes (harness/op/shapes.h): binding from inputs, checks, output inference.
+// Symbolic manifest shapes (kernels/core/manifest_shapes.h): binding from inputs, checks, output inference.
 #include <gtest/gtest.h>
 
-#include "op/shapes.h"
+#include "core/manifest_shapes.h"
 #include "opforge/error.h"
 
 namespace opf::cli {

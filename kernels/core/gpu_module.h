@@ -28,6 +28,7 @@
 #include "opforge/abi.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
+#include "core/manifest_shapes.h"
 #include "opforge/manifest.h"
 
 namespace opf::detail {
@@ -221,7 +222,7 @@ class GpuModule {
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
     if (std::string why = gpu_make_args(c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
-    const std::string dtype(dtype_name(DType(c->args[0].tensors[0].dtype)));
+    const std::string dtype(dtype_name(storage_dtype(c)));
     if (!it->second.kernels.count(dtype)) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
     return "";
@@ -233,7 +234,7 @@ class GpuModule {
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
     gpu_make_args(c, a);
-    const std::string dtype(dtype_name(DType(c->args[0].tensors[0].dtype)));
+    const std::string dtype(dtype_name(storage_dtype(c)));
     auto k = it->second.kernels.find(dtype);
     const opf_gpu_plan& plan = it->second.plan;
 
@@ -255,31 +256,50 @@ class GpuModule {
     return "";
   }
 
-  // A kernel reads its pointers blindly: a missing tensor or a wrong dtype would fault on the
-  // device, so the call is checked against the op's own argument list (ref.cpp) first.
+  // The call's storage dtype T, which names its kernels (<op>_<entry>_<T>): the dtype of the first
+  // argument whose manifest dtype is T (an entry may start with a per-row f32 gradient or labels).
+  DType storage_dtype(const opf_call* c) const {
+    if (const EntryInfo* e = info_op_->find_entry(c->entry ? c->entry : ""))
+      for (size_t i = 0; i < e->args.size() && int(i) < c->nargs; ++i)
+        if (e->args[i].rule == DTypeRule::storage) return DType(c->args[i].tensors[0].dtype);
+    return DType(c->args[0].tensors[0].dtype);
+  }
+
+  // A kernel reads its pointers blindly: a missing tensor, a wrong dtype or sizes that disagree
+  // would fault on the device, so the call is checked against the op's argument list first: each
+  // dtype by its manifest rule, every shape against the manifest's symbolic shapes with one binding
+  // for all arguments (core/manifest_shapes.h), then the op's own limits.
   std::string check_tensors(const opf_call* c) const {
     for (int i = 0; i < c->nargs; ++i)
       if (!c->args[i].tensors[0].data) return "tensor " + std::to_string(i) + " has no data";
-    if (!info_op_->spec || !info_op_->spec->describe) return "";
+    const EntryInfo* e = info_op_->find_entry(c->entry ? c->entry : "");
+    if (!e) return "no entry '" + std::string(c->entry ? c->entry : "(null)") + "'";
+    if (e->args.size() != size_t(c->nargs))
+      return "expects " + std::to_string(e->args.size()) + " tensors, got " + std::to_string(c->nargs);
+    const DType t = storage_dtype(c);
+    ShapeBinder shapes;
+    for (size_t i = 0; i < e->args.size(); ++i) {
+      const opf_tensor& x = c->args[i].tensors[0];
+      const DType want = e->args[i].dtype_for(t);
+      if (x.dtype != int32_t(want)) return "tensor '" + e->args[i].name + "' must be " + std::string(dtype_name(want));
+      try {
+        shapes.bind(e->args[i], Shape(x.shape, x.shape + x.ndim));
+      } catch (const std::exception& err) {
+        return err.what();
+      }
+    }
+    // The op's own limits (e.g. causal_softmax's sq == sk) where argument 0 is a storage tensor of
+    // the op's case rank, the convention of most entries; elsewhere the binding above stands alone.
     const opf_tensor& t0 = c->args[0].tensors[0];
-    const Shape shape(t0.shape, t0.shape + t0.ndim);
-    CaseDesc d;
+    if (!info_op_->spec || !info_op_->spec->describe || e->args.front().rule != DTypeRule::storage ||
+        info_op_->cases.empty() || size_t(t0.ndim) != info_op_->cases.front().size())
+      return "";
     try {
-      d = describe_case(*info_op_, c->entry, DType(t0.dtype), shape, info_op_->default_params());
-    } catch (const std::exception& e) {
-      return e.what();
+      return describe_case(*info_op_, c->entry, t, Shape(t0.shape, t0.shape + t0.ndim), info_op_->default_params())
+          .unsupported;
+    } catch (const std::exception&) {
+      return "";  // argument 0's shape is not a case shape of this op
     }
-    if (!d.unsupported.empty()) return d.unsupported;
-    if (d.args.size() != size_t(c->nargs))
-      return "expects " + std::to_string(d.args.size()) + " tensors, got " + std::to_string(c->nargs);
-    for (size_t i = 0; i < d.args.size(); ++i) {
-      const opf_tensor& t = c->args[i].tensors[0];
-      if (t.dtype != int32_t(d.args[i].dtype))
-        return "tensor '" + d.args[i].name + "' must be " + std::string(dtype_name(d.args[i].dtype));
-      if (Shape(t.shape, t.shape + t.ndim) != d.args[i].shape)
-        return "tensor '" + d.args[i].name + "' has the wrong shape for this call";
-    }
-    return "";
   }
 
   std::string fail(const std::string& what, int rc) {

@@ -1,156 +1,29 @@
-// Every op's kernel.cu, run on the CPU through the host emulation (gpu_emulation.h) and the real
-// generic launcher (core/gpu_module.h), against the op's float64 reference: for each op with a GPU
-// backend x emulated warp size (32 = CUDA, 64 = CDNA wavefront) x dtype x entry x manifest case.
-// Seeded random inputs (seed printed; OPFORGE_SEED replays), outputs poisoned before the run,
-// every element compared. What this cannot show: device-specific behaviour (real shuffles, memory
-// ordering, fast-math intrinsics, the driver's module loader) — that is tools/device_check.sh.
-#include <dlfcn.h>
-#include <link.h>
-
-#include <cinttypes>
+// The generic launcher (core/gpu_module.h) and an op's host launcher (gpu/launcher.h), run on
+// the host emulation of the GPU (emu_backend.h). Every op's kernels are swept against the float64
+// reference by the emulation sweep (harness/suites/emu_sweep_test.cpp); this file checks the
+// launch layer itself: malformed calls refused with a message, a host launcher's context.
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <random>
 
 #include <gtest/gtest.h>
 
-#include "core/gpu_backend.h"
+#include "emu_backend.h"
 #include "opforge/call.h"
 #include "opforge/dtype.h"
-#include "opforge/error.h"
-#include "opforge/manifest.h"
 
 namespace opf {
 namespace {
 
-// ------------------------------------------------------------------ the emulated "driver"
-// An adapter like cuda_backend.cpp's, over dlopen()ed host builds of kernel.cu: the tests below
-// go through the same GpuBackend (module loading), GpuDevice (memory) and GpuModule (plans,
-// argument checks, launches) as a real device.
-using EmuKernel = void (*)(opf_gpu_args);
-using EmuLaunch = int (*)(EmuKernel, const opf_gpu_args*, unsigned, unsigned, unsigned);
+using emu::emu_backend;
+using emu::emu_module;
+using emu::EmuApi;
 
-struct EmuFunction {
-  EmuKernel kernel = nullptr;
-  EmuLaunch launcher = nullptr;  // the launcher of the module the kernel came from (warp size)
-};
-
-struct EmuApi {
-  using Module = void*;
-  using Function = EmuFunction;
-  static constexpr const char* name = "emu";
-  static constexpr const char* prebuilt_suffix = ".so";
-  static constexpr const char* artefact = "module.so";
-  std::string load_error;
-
-  std::string error(int rc) const {
-    switch (rc) {
-      case 1: return "symbol not found";
-      case 2: return "dynamic shared memory is not emulated";
-      case 3: return "barrier reached by only part of a block (see stderr)";
-      case 4: return "out of host memory";
-      case 5: return load_error;
-    }
-    return "emulation error " + std::to_string(rc);
-  }
-  Availability availability() const { return {true, "host emulation"}; }
-  std::string arch() const { return "emulated"; }
-  std::string device_name() const { return "host emulation"; }
-  int make_current() { return 0; }
-
-  int load(Module* m, const std::string& path) {
-    *m = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!*m) load_error = ::dlerror();
-    return *m ? 0 : 5;
-  }
-  int unload(Module m) { return ::dlclose(m); }
-  int get_function(Function* f, Module m, const char* fn) {
-    f->kernel = reinterpret_cast<EmuKernel>(::dlsym(m, fn));
-    f->launcher = reinterpret_cast<EmuLaunch>(::dlsym(m, "opf_emu_launch"));
-    return f->kernel && f->launcher ? 0 : 1;
-  }
-  int read_global(void* dst, size_t bytes, Module m, const char* global) {
-    void* p = ::dlsym(m, global);
-    if (!p) return 1;
-    Dl_info info;
-    void* extra = nullptr;
-    if (!::dladdr1(p, &info, &extra, RTLD_DL_SYMENT) || !extra) return -1;
-    if (static_cast<const ElfW(Sym)*>(extra)->st_size != bytes) return -1;
-    std::memcpy(dst, p, bytes);
-    return 0;
-  }
-  int launch(Function f, unsigned gx, unsigned gy, unsigned block, unsigned shared, void*, opf_gpu_args* a) {
-    if (shared) return 2;
-    return f.launcher(f.kernel, a, gx, gy, block) == 0 ? 0 : 3;
-  }
-  int alloc(void** p, size_t bytes) {
-    *p = std::malloc(bytes);
-    if (*p) std::memset(*p, 0xff, bytes);  // uninitialised on a device too
-    return *p ? 0 : 4;
-  }
-  int release(void* p) {
-    std::free(p);
-    return 0;
-  }
-  int to_device(void* dst, const void* src, size_t bytes) {
-    std::memcpy(dst, src, bytes);
-    return 0;
-  }
-  int to_host(void* dst, const void* src, size_t bytes) {
-    std::memcpy(dst, src, bytes);
-    return 0;
-  }
-  int synchronize() { return 0; }
-  std::vector<std::string> jit_identity(const detail::JitSource&) const { throw Error("emu: no JIT"); }
-  void jit_compile(const std::string&, const detail::JitSource&, const std::string&, const std::string&) const {
-    throw Error("emu: no JIT");
-  }
-};
-
-detail::GpuBackend<EmuApi>& emu_backend() {
-  static detail::GpuBackend<EmuApi> b;
-  return b;
-}
-
-// One emulated code object per (op, warp size), opened once.
-const opf_module_info* emu_module(const OpInfo& op, int warp) {
-  static std::map<std::string, const opf_module_info*> loaded;
-  const char* dir = std::getenv("OPF_EMU_DIR");
-  const std::string path = std::string(dir ? dir : ".") + "/emu_" + op.name + "_w" + std::to_string(warp) + ".so";
-  auto& slot = loaded[path];
-  if (!slot) slot = emu_backend().open(op, path);
-  return slot;
-}
-
-// Buffers in the backend's device memory, freed on every exit path of a test.
-struct DeviceBuffers {
-  Device& dev;
-  std::vector<void*> ptr;
-  explicit DeviceBuffers(Device& d) : dev(d) {}
-  ~DeviceBuffers() {
-    for (void* p : ptr) dev.free(p);
-  }
-  void* upload(const std::vector<unsigned char>& host) {
-    ptr.push_back(dev.alloc(host.size()));
-    dev.to_device(ptr.back(), host.data(), host.size());
-    return ptr.back();
-  }
-};
-
-// ------------------------------------------------------------------ storage conversions
-double decode(DType t, const unsigned char* p) { return load_element(t, p, 0); }
-void encode(DType t, double v, unsigned char* p) { store_element(t, p, 0, v); }
-
-double round_to(DType t, double v) {
-  unsigned char b[8];
-  encode(t, v, b);
-  return decode(t, b);
-}
-
+// OPFORGE_SEED replays a run; otherwise fresh, and printed by the failing test.
 uint64_t base_seed() {
   static const uint64_t s = [] {
     const char* e = std::getenv("OPFORGE_SEED");
@@ -158,134 +31,6 @@ uint64_t base_seed() {
   }();
   return s;
 }
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-struct Case {
-  const OpInfo* op;
-  int warp;
-  DType dtype;
-  std::string entry;
-  Shape shape;
-  std::string name;
-};
-
-void run_case(const Case& c) {
-  const Params params = c.op->default_params();
-  CaseDesc desc = describe_case(*c.op, c.entry, c.dtype, c.shape, params);
-  if (!desc.unsupported.empty()) GTEST_SKIP() << desc.unsupported;
-  const uint64_t seed = base_seed() ^ fnv1a(c.name);
-  std::printf("seed %" PRIu64 " (OPFORGE_SEED=%" PRIu64 ")\n", seed, base_seed());
-  std::mt19937_64 rng(seed);
-
-  const size_t n = desc.args.size();
-  std::vector<RefArg> ref(n);
-  for (size_t i = 0; i < n; ++i) {
-    const ArgDesc& a = desc.args[i];
-    ref[i].desc = &a;
-    ref[i].v.assign(size_t(a.numel()), 0.0);
-    if (a.role == Role::out || a.derived) continue;
-    for (auto& v : ref[i].v) {
-      if (a.fill.kind == Fill::mask) v = std::bernoulli_distribution(a.fill.p)(rng) ? 1.0 : 0.0;
-      else v = round_to(a.dtype, std::uniform_real_distribution<double>(a.fill.lo, a.fill.hi)(rng));
-    }
-  }
-  if (c.op->spec->prepare) c.op->spec->prepare(c.entry, ref, params);
-  for (size_t i = 0; i < n; ++i)
-    if (desc.args[i].derived)
-      for (auto& v : ref[i].v) v = round_to(desc.args[i].dtype, v);
-
-  std::vector<std::vector<unsigned char>> buf(n);
-  for (size_t i = 0; i < n; ++i) {
-    const ArgDesc& a = desc.args[i];
-    const size_t es = dtype_size(a.dtype);
-    buf[i].assign(ref[i].v.size() * es + 64, 0xff);  // poison (NaN for every float dtype) + guard
-    if (a.role != Role::out)
-      for (size_t j = 0; j < ref[i].v.size(); ++j) encode(a.dtype, ref[i].v[j], &buf[i][j * es]);
-  }
-  const std::vector<std::vector<unsigned char>> inputs_before = buf;
-  const std::vector<RefArg> ref_inputs = ref;
-  c.op->spec->reference(c.entry, ref, params);
-
-  // Measured sensitivity, as the CPU sweep's p_i (harness/suites/tolerance.h): how far each output
-  // element moves when one floating input's elements are scaled by (1 +- f32 roundoff), random
-  // signs. An output that cancels by construction (a 3-row dbeta of terms ~1 summing to ~1e-4)
-  // is then judged against the rounding of its terms, not of its tiny result.
-  std::vector<std::vector<double>> sensitivity(n);
-  for (size_t i = 0; i < n; ++i) sensitivity[i].assign(ref[i].v.size(), 0.0);
-  std::mt19937_64 sign_rng(seed ^ 0x5eed5eedull);
-  for (size_t k = 0; k < n; ++k) {
-    const ArgDesc& a = desc.args[k];
-    const bool floating =
-        a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16 || a.dtype == DType::f64;
-    if (a.role == Role::out || a.fill.kind == Fill::mask || !floating) continue;
-    std::vector<RefArg> pert = ref_inputs;
-    for (auto& v : pert[k].v) v *= 1.0 + (sign_rng() & 1 ? 0x1p-24 : -0x1p-24);
-    c.op->spec->reference(c.entry, pert, params);
-    for (size_t i = 0; i < n; ++i)
-      if (desc.args[i].role != Role::in)
-        for (size_t j = 0; j < ref[i].v.size(); ++j)
-          if (std::isfinite(pert[i].v[j]) && std::isfinite(ref[i].v[j]))
-            sensitivity[i][j] += std::fabs(pert[i].v[j] - ref[i].v[j]);
-  }
-
-  const opf_module_info* m = nullptr;
-  ASSERT_NO_THROW(m = emu_module(*c.op, c.warp));
-  Device& dev = emu_backend().device();
-  DeviceBuffers on_device(dev);
-  CallBuilder call(*c.op, c.entry);
-  call.params(params);
-  for (size_t i = 0; i < n; ++i)  // poison and guard too
-    call.add(desc.args[i].name, on_device.upload(buf[i]), desc.args[i].dtype, desc.args[i].shape);
-  ASSERT_NO_THROW(call.run(m));
-  dev.synchronize();
-  for (size_t i = 0; i < n; ++i) dev.to_host(buf[i].data(), on_device.ptr[i], buf[i].size());
-
-  for (size_t i = 0; i < n; ++i) {
-    const ArgDesc& a = desc.args[i];
-    const size_t es = dtype_size(a.dtype), count = ref[i].v.size();
-    for (size_t g = count * es; g < buf[i].size(); ++g)
-      ASSERT_EQ(buf[i][g], 0xff) << "kernel wrote past the end of '" << a.name << "'";
-    if (a.role == Role::in) {
-      EXPECT_TRUE(buf[i] == inputs_before[i]) << "kernel modified input '" << a.name << "'";
-      continue;
-    }
-    // Storage rounding of the result plus f32 accumulation over the reduction, relative to the
-    // output's scale; index bugs, a wrong divisor or a lost row are off by O(1).
-    double scale = 0;
-    for (double v : ref[i].v) scale = std::max(scale, std::fabs(v));
-    const double ua = dtype_unit_roundoff(a.dtype);
-    size_t bad = 0, first = 0;
-    double first_got = 0;
-    for (size_t j = 0; j < count; ++j) {
-      const double got = decode(a.dtype, &buf[i][j * es]), want = ref[i].v[j];
-      const double tol = 2 * ua * std::fabs(want) + 0x1p-14 * scale + 8 * sensitivity[i][j];
-      if (!(std::fabs(got - want) <= tol)) {
-        if (bad++ == 0) {
-          first = j;
-          first_got = got;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0u) << "'" << a.name << "': " << bad << " of " << count << " elements out of tolerance; first at "
-                       << first << ": got " << first_got << ", want " << ref[i].v[first]
-                       << "\nrepro: OPFORGE_SEED=" << base_seed() << " gpu_emulation_test --gtest_filter='emu."
-                       << c.name << "'";
-  }
-}
-
-class EmuTest : public ::testing::Test {
- public:
-  explicit EmuTest(Case c) : c_(std::move(c)) {}
-  void TestBody() override { run_case(c_); }
-
- private:
-  Case c_;
-};
 
 // The generic launcher checks a call against the op's argument list before launching: on a
 // device, a missing tensor or a wrong dtype would be a fault, not a message.
@@ -323,6 +68,12 @@ TEST(EmuLauncher, RejectsMalformedCalls) {
   EXPECT_NE(run("forward", 6), 0);
   EXPECT_NE(std::string(err).find("tensor 'mean' must be f32"), std::string::npos) << err;
   args[4].dtype = int32_t(DType::f32);
+  args[1].shape[0] = 7;  // gamma [cols] against x [rows, cols]: one binding for every argument
+  EXPECT_NE(run("forward", 6), 0);
+  EXPECT_NE(std::string(err).find("argument 'gamma' dim 0 (cols) is 7, but argument 'x' gave cols = 8"),
+            std::string::npos)
+      << err;
+  args[1].shape[0] = 8;
   args[2].data = nullptr;
   EXPECT_NE(run("forward", 6), 0);
   EXPECT_NE(std::string(err).find("tensor 2 has no data"), std::string::npos) << err;
@@ -355,6 +106,7 @@ TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
 
   const int64_t rows = 5, cols = 77;
   std::mt19937_64 rng(base_seed());
+  std::printf("seed %llu (OPFORGE_SEED replays)\n", (unsigned long long)base_seed());
   std::uniform_real_distribution<float> u(-2.0f, 3.0f);
   auto fill = [&](size_t n) {
     std::vector<float> v(n);
@@ -402,37 +154,5 @@ TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
   EXPECT_EQ(f16.supports(generic), "");
 }
 
-void register_cases() {
-  for (const OpInfo& op : op_table()) {
-    if (!op.has_backend("cuda") && !op.has_backend("hip")) continue;
-    for (int warp : {32, 64})
-      for (const auto& dname : op.dtypes)
-        for (const auto& entry : op.entries)
-          for (const auto& shape : op.cases) {
-            std::string sname;
-            for (auto d : shape) {
-              if (!sname.empty()) sname += 'x';
-              sname += std::to_string(d);
-            }
-            Case c{&op,
-                   warp,
-                   *dtype_from_name(dname),
-                   entry.name,
-                   shape,
-                   op.name + "/w" + std::to_string(warp) + "/" + dname + "/" + entry.name + "/" + sname};
-            const std::string name = c.name;
-            ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                                    [c]() -> ::testing::Test* { return new EmuTest(c); });
-          }
-  }
-}
-
 }  // namespace
 }  // namespace opf
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  opf::register_cases();
-  std::printf("gpu emulation suite: base seed %" PRIu64 "\n", opf::base_seed());
-  return RUN_ALL_TESTS();
-}

@@ -1,10 +1,10 @@
-#include "op/shapes.h"
+#include "core/manifest_shapes.h"
 
 #include <cctype>
 
 #include "opforge/error.h"
 
-namespace opf::cli {
+namespace opf {
 namespace {
 
 std::string_view trim(std::string_view s) {
@@ -144,4 +144,4 @@ Shape ShapeBinder::infer(const ArgInfo& arg) const {
   return out;
 }
 
-}  // namespace opf::cli
+}  // namespace opf

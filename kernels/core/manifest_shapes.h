@@ -1,8 +1,8 @@
-// Output shapes for `opforge op` from the manifest's SHAPE strings ("[rows, cols]", "[cols]",
-// "[b, 1, sq, sk]"), read as symbolic shapes: the input tensors' actual dims bind the symbols,
-// integer literals must match, and each output's shape is evaluated from the bindings. The
-// manifest documents shapes for people, so this is the only reading it gets; an output whose
-// shape cannot be evaluated is given by the user instead (--in NAME=FILE for an out argument).
+// The manifest's SHAPE strings ("[rows, cols]", "[cols]", "[b, 1, sq, sk]", "[N, 2H]") read as
+// symbolic shapes: a call's actual dims bind the symbols, integer literals must match. The GPU
+// launcher checks every call with it (one binding for all arguments: a kernel reads its tensors
+// blindly); `opforge op` also evaluates the shapes of outputs nobody supplied (an output whose
+// shape cannot be evaluated is given by the user instead: --in NAME=FILE).
 //
 // List arguments' shapes describe one element ("[n_i]") and differ between elements, so their
 // symbols bind nothing: an element is checked for its rank and literal dims only.
@@ -15,7 +15,7 @@
 
 #include "opforge/manifest.h"
 
-namespace opf::cli {
+namespace opf {
 
 struct SymDim {
   enum Kind { literal, symbol, other } kind = other;
@@ -46,4 +46,4 @@ class ShapeBinder {
   std::vector<Binding> bound_;
 };
 
-}  // namespace opf::cli
+}  // namespace opf
