@@ -16,10 +16,8 @@
 // the last whole pack one by one), so odd C (50257) is still read and written in packs.
 // No atomics, no workspace: every result is bitwise reproducible run to run.
 //
-// Backward kernels are named by the logits' storage dtype T, like forward's. The generic launcher
-// (core/gpu_module.h, as of this writing) names the kernel by argument 0's dtype and describes the
-// call from argument 0's shape; backward's argument 0 is grad_losses f32 [N], so it needs the
-// launcher to take both from the first argument of dtype T (the logits) before it can run backward.
+// Backward kernels are named by the logits' storage dtype T, like forward's (the launcher names
+// kernels by the first argument of dtype T, core/gpu_module.h).
 //
 // Labels: the CPU module fails the call on a label that is neither padding_idx nor in [0, C). A
 // kernel cannot fail a call: such a row gets a NaN loss (forward) and a NaN gradient row (backward),
