@@ -76,8 +76,15 @@ inline std::string gpu_plan_problem(const opf_gpu_plan& p) {
   return "";
 }
 
-// Fills the kernel argument struct from an ABI call (gpu/launcher.h); "" on success, else the problem.
-inline std::string gpu_make_args(const opf_call* c, opf_gpu_args& a) { return gpu::args_from_call(c, a); }
+// Fills the kernel argument struct from an ABI call (gpu/launcher.h), the entry's `view` arguments
+// allowed any strides; "" on success, else the problem.
+inline std::string gpu_make_args(const OpInfo& op, const opf_call* c, opf_gpu_args& a) {
+  unsigned views = 0;
+  if (const EntryInfo* e = op.find_entry(c->entry ? c->entry : ""))
+    for (size_t i = 0; i < e->args.size() && i < 32; ++i)
+      if (e->args[i].view) views |= 1u << i;
+  return gpu::args_from_call(c, a, views);
+}
 
 template <class Api>
 class GpuModule {
@@ -221,7 +228,7 @@ class GpuModule {
     auto it = entries_.find(c->entry ? c->entry : "");
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
-    if (std::string why = gpu_make_args(c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
+    if (std::string why = gpu_make_args(*info_op_, c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
     const std::string dtype(dtype_name(storage_dtype(c)));
     if (!it->second.kernels.count(dtype)) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
@@ -233,7 +240,7 @@ class GpuModule {
     auto it = entries_.find(c->entry);
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
-    gpu_make_args(c, a);
+    gpu_make_args(*info_op_, c, a);
     const std::string dtype(dtype_name(storage_dtype(c)));
     auto k = it->second.kernels.find(dtype);
     const opf_gpu_plan& plan = it->second.plan;

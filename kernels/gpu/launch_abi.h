@@ -24,7 +24,9 @@
  * tensor 0: cols = its last dimension, rows = the product of the others; shape/ndim are its full
  * shape; arg_shape[i]/arg_ndim[i] are argument i's (an entry whose first tensor does not carry
  * every size, e.g. a backward that starts with a per-row gradient); param[] = manifest `params` in
- * manifest order (i64, bool and enum params as doubles). Tensors are dense and contiguous.
+ * manifest order (i64, bool and enum params as doubles); arg_stride[i] = argument i's strides in
+ * elements. Tensors are dense and contiguous, except arguments the manifest marks `view`, which may
+ * have any strides (a kernel indexes those through arg_stride).
  *
  * Plain C, no includes, fixed-width-free types: NVRTC and hiprtc compile this without host headers;
  * `long long`, `double` and pointers have the same size and alignment on the host (LP64) and on
@@ -53,6 +55,7 @@ typedef struct opf_gpu_args {
   int ndim;
   int nargs;
   long long arg_shape[OPF_GPU_MAX_ARGS][OPF_GPU_MAX_DIMS];
+  long long arg_stride[OPF_GPU_MAX_ARGS][OPF_GPU_MAX_DIMS];
   int arg_ndim[OPF_GPU_MAX_ARGS];
 } opf_gpu_args;
 

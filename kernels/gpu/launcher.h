@@ -60,9 +60,10 @@ typedef const opf_gpu_launcher* (*opf_gpu_launcher_table_fn)(void);
 
 namespace opf::gpu {
 
-// The generic kernel argument struct from a call of plain dense tensors (no lists): ptr[i] =
-// argument i, rows/cols/shape from argument 0, params as doubles. "" on success, else the problem.
-inline std::string args_from_call(const opf_call* c, opf_gpu_args& a) {
+// The generic kernel argument struct from a call of single tensors (no lists): ptr[i] = argument i,
+// rows/cols/shape from argument 0, params as doubles. Tensors must be contiguous, except argument i
+// when bit i of `views` is set (the manifest's `view` arguments). "" on success, else the problem.
+inline std::string args_from_call(const opf_call* c, opf_gpu_args& a, unsigned views = 0) {
   a = opf_gpu_args{};
   if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS || !c->args)
     return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " arguments, got " + std::to_string(c->nargs);
@@ -78,7 +79,7 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a) {
     if (t.ndim < 0 || t.ndim > OPF_GPU_MAX_DIMS)
       return "argument " + std::to_string(i) + " has " + std::to_string(t.ndim) + " dims";
     long long expect = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) {
+    for (int d = t.ndim - 1; d >= 0 && !(views >> i & 1u); --d) {
       if (t.shape[d] > 1 && t.strides[d] != expect)
         return "argument " + std::to_string(i) + " is not contiguous (stride " + std::to_string(t.strides[d]) +
                " in dim " + std::to_string(d) + ")";
@@ -86,7 +87,10 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a) {
     }
     a.ptr[i] = t.data;
     a.arg_ndim[i] = t.ndim;
-    for (int d = 0; d < t.ndim; ++d) a.arg_shape[i][d] = t.shape[d];
+    for (int d = 0; d < t.ndim; ++d) {
+      a.arg_shape[i][d] = t.shape[d];
+      a.arg_stride[i][d] = t.strides[d];
+    }
   }
   for (int i = 0; i < c->nparams; ++i)
     a.param[i] = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
