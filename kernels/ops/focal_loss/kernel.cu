@@ -37,7 +37,7 @@
 #define OPF_TUNE_ROWS_PER_BLOCK 64
 #endif
 #ifndef OPF_TUNE_BWD_GRID  // backward: blocks of the fixed grid-stride grid
-#define OPF_TUNE_BWD_GRID 1024
+#define OPF_TUNE_BWD_GRID 512
 #endif
 #ifndef OPF_TUNE_UNROLL  // backward: packs per thread in flight
 #define OPF_TUNE_UNROLL 4
