@@ -30,7 +30,10 @@ class EmuSweepTest : public ::testing::Test {
                               " opforge-emu-tests --gtest_filter='emu." + c_.name + "'";
     try {
       run_sweep(
-          c_, g_base_seed, [&] { return Executor{&emu::emu_backend().device(), emu::emu_module(*c_.op, warp_)}; },
+          c_, g_base_seed,
+          [&] {
+            return Executor{&emu::emu_backend().device(), emu::emu_module(*c_.op, warp_)};
+          },
           repro);
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what() << "\n" << repro;
@@ -54,8 +57,9 @@ int register_tests() {
             w += std::to_string(warp);
             SweepCase c{&op, w, dtype, entry.name, shape, case_name(op.name, w, dtype, entry.name, shape)};
             const std::string name = c.name;
-            ::testing::RegisterTest("emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                                    [c = std::move(c), warp]() -> ::testing::Test* { return new EmuSweepTest(c, warp); });
+            ::testing::RegisterTest(
+                "emu", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                [c = std::move(c), warp]() -> ::testing::Test* { return new EmuSweepTest(c, warp); });
             ++n;
           }
   }

@@ -35,8 +35,8 @@ void check(const SweepCase& c, const DrawnCase& d, const StagedCase& staged, con
     const Comparison cmp = compare(a, got.data(), d.ref[i].v, tol);
     auto [it, first] = worst.try_emplace(a.name, cmp.worst_ratio, cmp.nmse);
     if (!first && !(cmp.worst_ratio <= it->second.first)) it->second = {cmp.worst_ratio, cmp.nmse};
-    EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n  kappa " << d.kappa << ", reduce_len " << d.desc.reduce_len
-                        << ", seed " << seed << "\n"
+    EXPECT_TRUE(cmp.ok) << cmp.first_bad << "\n  kappa " << d.kappa << ", reduce_len " << d.desc.reduce_len << ", seed "
+                        << seed << "\n"
                         << repro;
   }
   for (const auto& [name, w] : worst) {
