@@ -117,10 +117,11 @@ TEST(AbCli, InjectedSlowdownIsSlowerAndFails) {
   const Value* b = find_bench(doc, "rms_norm/cpu/f32/forward/16384x1024/threads:1");
   ASSERT_TRUE(b);
   EXPECT_EQ(b->str("verdict"), "SLOWER");
-  // the spin is a fraction of each call's own time, so the head's noise is doubled with it: the
-  // A/A band scaled by 2 (a CI run read 2.66 against an old upper bound of 2.6)
+  // The spin is a fraction of each call's own time, so the head's noise doubles with it, and read
+  // ratios run high: 2.66 in a quiet CI run, 3.49 on a machine loaded by other builds. The bounds
+  // catch what would be a bug: the spin on the wrong side (< 1) or in the wrong unit (10x).
   EXPECT_GT(b->num("median_ratio"), 2 * kSameLow);
-  EXPECT_LT(b->num("median_ratio"), 2 * kSameHigh);
+  EXPECT_LT(b->num("median_ratio"), 5.0);
   EXPECT_EQ(doc.num("regressions"), 1);
   EXPECT_NE(find_bench(doc, "probe/stream_triad/threads:1")->str("verdict"), "SLOWER");
 }
