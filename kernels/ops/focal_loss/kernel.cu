@@ -178,7 +178,8 @@ __device__ void forward_partial_g(const opf_gpu_args& a, const long long* lab, l
   const T* x = static_cast<const T*>(a.ptr[0]) + r0 * cols;
   T* g = static_cast<T*>(a.ptr[4]) + r0 * cols;
   const bool packed = cols % V == 0 && aligned16(a.ptr[0]) && aligned16(a.ptr[4]);
-  float acc = packed ? forward_rows<G, V>(x, g, lab, nr, cols, real, k) : forward_rows<G, 1>(x, g, lab, nr, cols, real, k);
+  float acc =
+      packed ? forward_rows<G, V>(x, g, lab, nr, cols, real, k) : forward_rows<G, 1>(x, g, lab, nr, cols, real, k);
   acc = block_sum<OPF_TUNE_BLOCK>(acc);
   if (threadIdx.x == 0) static_cast<float*>(a.workspace)[blockIdx.x] = acc;
 }
@@ -244,13 +245,13 @@ __device__ void backward(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_FOCAL_LOSS_KERNELS(SUFFIX, T)                                                                  \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) focal_loss_forward_##SUFFIX(opf_gpu_args a) {          \
-    forward_partial<T>(a);                                                                                 \
-  }                                                                                                        \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) focal_loss_forward_##SUFFIX##_s1(opf_gpu_args a) {     \
-    forward_loss(a);                                                                                       \
-  }                                                                                                        \
+#define OPF_FOCAL_LOSS_KERNELS(SUFFIX, T)                                                              \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) focal_loss_forward_##SUFFIX(opf_gpu_args a) {      \
+    forward_partial<T>(a);                                                                             \
+  }                                                                                                    \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) focal_loss_forward_##SUFFIX##_s1(opf_gpu_args a) { \
+    forward_loss(a);                                                                                   \
+  }                                                                                                    \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) focal_loss_backward_##SUFFIX(opf_gpu_args a) { backward<T>(a); }
 
 OPF_FOCAL_LOSS_KERNELS(f32, float)

@@ -234,34 +234,32 @@ __device__ void scatter_add(const T* x, const T* y, const long long* idx, T* g1,
 template <class T>
 __device__ void backward_grad_in1(const opf_gpu_args& a) {
   const long long n = a.arg_shape[0][0], f = a.arg_shape[0][1], m = a.arg_shape[1][0];
-  scatter_add(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[2]),
-              static_cast<const long long*>(a.ptr[3]), static_cast<T*>(a.ptr[4]), m, n, f);
+  scatter_add(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[2]), static_cast<const long long*>(a.ptr[3]),
+              static_cast<T*>(a.ptr[4]), m, n, f);
 }
 
 template <class T>
 __device__ void double_backward_grad_in1(const opf_gpu_args& a) {
   const long long m = a.arg_shape[0][0], f = a.arg_shape[0][1], n = a.arg_shape[1][0];
-  scatter_add(static_cast<const T*>(a.ptr[1]), static_cast<const T*>(a.ptr[2]),
-              static_cast<const long long*>(a.ptr[5]), static_cast<T*>(a.ptr[7]), m, n, f);
+  scatter_add(static_cast<const T*>(a.ptr[1]), static_cast<const T*>(a.ptr[2]), static_cast<const long long*>(a.ptr[5]),
+              static_cast<T*>(a.ptr[7]), m, n, f);
 }
 
 }  // namespace
 
-#define OPF_INDEX_MUL_2D_KERNELS(SUFFIX, T)                                                                     \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_forward_##SUFFIX(opf_gpu_args a) {             \
-    forward<T>(a);                                                                                              \
-  }                                                                                                             \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_backward_##SUFFIX(opf_gpu_args a) {            \
-    backward_grad_in2<T>(a);                                                                                    \
-  }                                                                                                             \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_backward_##SUFFIX##_s1(opf_gpu_args a) {       \
-    backward_grad_in1<T>(a);                                                                                    \
-  }                                                                                                             \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_double_backward_##SUFFIX(opf_gpu_args a) {     \
-    double_backward_rows<T>(a);                                                                                 \
-  }                                                                                                             \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_double_backward_##SUFFIX##_s1(opf_gpu_args a) { \
-    double_backward_grad_in1<T>(a);                                                                             \
+#define OPF_INDEX_MUL_2D_KERNELS(SUFFIX, T)                                                                          \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_forward_##SUFFIX(opf_gpu_args a) { forward<T>(a); } \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_backward_##SUFFIX(opf_gpu_args a) {                 \
+    backward_grad_in2<T>(a);                                                                                         \
+  }                                                                                                                  \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_backward_##SUFFIX##_s1(opf_gpu_args a) {            \
+    backward_grad_in1<T>(a);                                                                                         \
+  }                                                                                                                  \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_double_backward_##SUFFIX(opf_gpu_args a) {          \
+    double_backward_rows<T>(a);                                                                                      \
+  }                                                                                                                  \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) index_mul_2d_double_backward_##SUFFIX##_s1(opf_gpu_args a) {     \
+    double_backward_grad_in1<T>(a);                                                                                  \
   }
 
 OPF_INDEX_MUL_2D_KERNELS(f32, float)

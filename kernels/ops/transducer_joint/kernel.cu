@@ -118,8 +118,7 @@ __device__ void forward(const opf_gpu_args& a) {
   if (a.arg_shape[0][2] == 0) return;
   if (a.arg_shape[0][2] % V == 0 && aligned16(a.ptr[0]) && aligned16(a.ptr[1]) && aligned16(a.ptr[6]))
     forward_row<T, V>(a);
-  else
-    forward_row<T, 1>(a);
+  else forward_row<T, 1>(a);
 }
 
 // ------------------------------------------------------------------ backward
@@ -181,8 +180,7 @@ __device__ void backward(const opf_gpu_args& a) {
   if (a.arg_shape[1][2] % V == 0 && aligned16(a.ptr[0]) && aligned16(a.ptr[1]) && aligned16(a.ptr[2]) &&
       aligned16(a.ptr[7]) && aligned16(a.ptr[8]))
     backward_units<T, V>(a);
-  else
-    backward_units<T, 1>(a);
+  else backward_units<T, 1>(a);
 }
 
 // ------------------------------------------------------------------ dropout_mask
@@ -251,15 +249,15 @@ __device__ void dropout_mask(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_TRANSDUCER_JOINT_KERNELS(SUFFIX, T)                                                          \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) transducer_joint_forward_##SUFFIX(opf_gpu_args a) {  \
-    forward<T>(a);                                                                                       \
-  }                                                                                                      \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) transducer_joint_backward_##SUFFIX(opf_gpu_args a) { \
-    backward<T>(a);                                                                                      \
-  }                                                                                                      \
+#define OPF_TRANSDUCER_JOINT_KERNELS(SUFFIX, T)                                                              \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) transducer_joint_forward_##SUFFIX(opf_gpu_args a) {      \
+    forward<T>(a);                                                                                           \
+  }                                                                                                          \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) transducer_joint_backward_##SUFFIX(opf_gpu_args a) {     \
+    backward<T>(a);                                                                                          \
+  }                                                                                                          \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) transducer_joint_dropout_mask_##SUFFIX(opf_gpu_args a) { \
-    dropout_mask<T>(a);                                                                                  \
+    dropout_mask<T>(a);                                                                                      \
   }
 
 OPF_TRANSDUCER_JOINT_KERNELS(f32, float)
