@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI's timing gate: `opforge ab` of this commit against its base, for the ops the change touched.
 # Base: AB_BASE, else the merge base with origin/main, else (on main itself) the previous commit.
-# Ops: every kernels/ops/<op>/ folder with a changed kernel file (not test.cpp, peer_*.cpp, docs);
+# Ops: every kernels/ops/<op>/ folder with a changed kernel file (not test.cpp, peer_*.cpp, docs, nor
+# kernel.cu: GPU code, which the CPU benchmarks `ab` times never run);
 # a change to the shared kernel code (kernels/cpu, kernels/include, kernels/core) compares every op
 # on its f32 single-thread benchmarks (CI time). A change that touches no kernel code is skipped,
 # with its reason. Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
@@ -27,7 +28,7 @@ mapfile -t changed < <(git diff --name-only "$base" HEAD --)
 ops=() shared=()
 for f in "${changed[@]}"; do
   case $f in
-    kernels/ops/*/test.cpp | kernels/ops/*/peer_*.cpp | kernels/ops/*/*.md) ;;
+    kernels/ops/*/test.cpp | kernels/ops/*/peer_*.cpp | kernels/ops/*/*.md | kernels/ops/*/kernel.cu) ;;
     kernels/ops/*/*) op=${f#kernels/ops/}; op=${op%%/*}
                      [[ -d kernels/ops/$op && " ${ops[*]} " != *" $op "* ]] && ops+=("$op") ;;
     kernels/cpu/* | kernels/include/* | kernels/core/*) shared+=("$f") ;;
