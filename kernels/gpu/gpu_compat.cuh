@@ -192,6 +192,25 @@ OPF_DEVICE float warp_sum(float v) {
   return v;
 }
 
+// Sums one value over a BLOCK-thread block in a fixed order (deterministic); all threads get it.
+template <int BLOCK>
+OPF_DEVICE float block_sum(float v) {
+  constexpr int kWarps = (BLOCK + OPF_WARP_SIZE - 1) / OPF_WARP_SIZE;
+  __shared__ float partial[kWarps];
+  __shared__ float total;
+  v = warp_sum(v);
+  const int lane = threadIdx.x % OPF_WARP_SIZE, warp = threadIdx.x / OPF_WARP_SIZE;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int i = 0; i < kWarps; ++i) s += partial[i];
+    total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
 // Sums two values over a BLOCK-thread block (one pass, one barrier pair); all threads get both.
 template <int BLOCK>
 OPF_DEVICE void block_sum2(float& a, float& b) {

@@ -78,21 +78,6 @@ OPF_DEVICE float nan_value() {
 }
 OPF_DEVICE bool finite(float v) { return fabsf(v) <= 3.40282347e+38f; }  // false for NaN and +-inf
 
-// Sum over a BLOCK-thread block in a fixed order; valid in thread 0 only.
-template <int BLOCK>
-OPF_DEVICE float block_sum(float v) {
-  constexpr int kWarps = BLOCK / OPF_WARP_SIZE;
-  __shared__ float part[kWarps];
-  v = warp_sum(v);
-  const int lane = threadIdx.x % OPF_WARP_SIZE, warp = threadIdx.x / OPF_WARP_SIZE;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float s = 0.0f;
-  if (threadIdx.x == 0)
-    for (int i = 0; i < kWarps; ++i) s += part[i];
-  return s;
-}
-
 struct Consts {
   float alpha, beta, gamma, tn, kn;  // beta = 1 - alpha, tn = s/2 (a negative's target), kn = 1 - s/2
 };

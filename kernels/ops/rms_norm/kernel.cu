@@ -66,25 +66,6 @@ namespace {
 
 using namespace opf_gpu;
 
-// Sum of one value over a BLOCK-thread block, in a fixed order; every thread gets the result.
-template <int BLOCK>
-__device__ float block_sum(float v) {
-  constexpr int kWarps = BLOCK / OPF_WARP_SIZE;
-  __shared__ float partial[kWarps];
-  __shared__ float total;
-  v = warp_sum(v);
-  const int lane = threadIdx.x % OPF_WARP_SIZE, warp = threadIdx.x / OPF_WARP_SIZE;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int i = 0; i < kWarps; ++i) s += partial[i];
-    total = s;
-  }
-  __syncthreads();
-  return total;
-}
-
 constexpr int kCache = OPF_TUNE_CACHE_PACKS;
 
 template <class T>
