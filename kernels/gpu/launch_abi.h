@@ -28,6 +28,16 @@
  * elements. Tensors are dense and contiguous, except arguments the manifest marks `view`, which may
  * have any strides (a kernel indexes those through arg_stride).
  *
+ * Lists (multi-tensor apply). In an entry with `list` arguments (optimizers, multi_tensor) every
+ * list holds the same number of tensors and tensor k has the same element count in every list
+ * (dense; dtypes by the manifest's rules). The launcher cuts each tensor into chunks of
+ * plan.chunk elements (its last chunk shorter; an empty tensor has none), numbers the chunks of
+ * all tensors in list order, and uploads a table to device memory before the first stage:
+ * a.lists points to it (NULL in entries without lists), a.ptr[i] of a list argument is NULL, and
+ * rows = number of tensors, cols = number of chunks; the extents TENSORS and CHUNKS size grids and
+ * workspaces by them. Arguments other than lists (noop_flag, norms) are as above.
+ * Device-side accessors: gpu/multi_tensor.cuh.
+ *
  * Plain C, no includes, fixed-width-free types: NVRTC and hiprtc compile this without host headers;
  * `long long`, `double` and pointers have the same size and alignment on the host (LP64) and on
  * both device ABIs, so the struct's layout is identical on both sides.
@@ -39,11 +49,34 @@
 #define OPF_GPU_MAX_DIMS 6 /* = OPF_MAX_DIMS (abi.h) */
 #define OPF_GPU_MAX_PARAMS 8
 #define OPF_GPU_MAX_STAGES 4
+#define OPF_GPU_MAX_LISTS 6
 
 /* What a grid or workspace size scales with. */
 #define OPF_EXTENT_ONE 0
 #define OPF_EXTENT_ROWS 1
 #define OPF_EXTENT_COLS 2
+#define OPF_EXTENT_TENSORS 3 /* list entries: tensors per list */
+#define OPF_EXTENT_CHUNKS 4  /* list entries: chunks of all the lists' tensors */
+
+/* A list entry's tensor k: its data in every list (lists in argument order) and size. */
+typedef struct opf_gpu_list_tensor {
+  void* ptr[OPF_GPU_MAX_LISTS];
+  long long numel;
+  long long first_chunk; /* the index of its first chunk */
+} opf_gpu_list_tensor;
+
+/* The table of a list entry's call, in device memory. Chunk c is elements
+ * [(c - tensor[k].first_chunk) * chunk, ...) of tensor k = chunk_tensor[c]. */
+typedef struct opf_gpu_lists {
+  long long ntensors;
+  long long nchunks;
+  long long chunk;
+  int nlists;
+  int list_arg[OPF_GPU_MAX_LISTS];   /* list j is argument list_arg[j] */
+  int dtype[OPF_GPU_MAX_LISTS];      /* the dtype of list j's tensors: opf_dtype codes (opforge/abi.h) */
+  const opf_gpu_list_tensor* tensor; /* [ntensors] */
+  const int* chunk_tensor;           /* [nchunks] */
+} opf_gpu_lists;
 
 typedef struct opf_gpu_args {
   void* ptr[OPF_GPU_MAX_ARGS];
@@ -57,6 +90,7 @@ typedef struct opf_gpu_args {
   long long arg_shape[OPF_GPU_MAX_ARGS][OPF_GPU_MAX_DIMS];
   long long arg_stride[OPF_GPU_MAX_ARGS][OPF_GPU_MAX_DIMS];
   int arg_ndim[OPF_GPU_MAX_ARGS];
+  const opf_gpu_lists* lists; /* list entries only, else NULL */
 } opf_gpu_args;
 
 typedef struct opf_gpu_stage {
@@ -72,6 +106,7 @@ typedef struct opf_gpu_plan {
   int workspace_extent; /* OPF_EXTENT_* */
   int workspace_mult;   /* workspace bytes = workspace_mult * extent */
   opf_gpu_stage stage[OPF_GPU_MAX_STAGES];
+  int chunk; /* list entries: elements per chunk (>= 1); else unused */
 } opf_gpu_plan;
 
 #endif /* OPFORGE_GPU_LAUNCH_ABI_H */
