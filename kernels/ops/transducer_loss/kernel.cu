@@ -162,8 +162,8 @@ OPF_DEVICE float cancelled(float a, float b, float next, float plain) {
 
 // Everything one x_grad row needs, the same for every thread of the row's group.
 struct Cell {
-  bool pad;           // padding row: exact zeros
-  bool fused, has_b;  // has_b: the cell has a blank edge
+  bool pad;             // padding row: exact zeros
+  bool fused, has_b;    // has_b: the cell has a blank edge
   long long blank, yu;  // yu = -1 when the cell has no label edge
   float g, occ, eb, ey;
   float a_b, be, bnext;  // cancelled()'s operands of the blank edge
@@ -226,8 +226,20 @@ __device__ void backward(const opf_gpu_args& a) {
     t = row / U1 % T_;
     u = row % U1;
   }
-  Cell c = {t >= L.Tf || u > L.Uy, a.param[2] != 0.0, false, L.blank, -1,
-            0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  Cell c = {t >= L.Tf || u > L.Uy,
+            a.param[2] != 0.0,
+            false,
+            L.blank,
+            -1,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f,
+            0.0f};
   if (!c.pad) {
     const T* xr = x + row * V;
     const float* al = alpha + (b * T_ + t) * U1;
@@ -277,14 +289,12 @@ __device__ void backward(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_TRANSDUCER_LOSS_KERNELS(SUFFIX, T)                                         \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_LOSS_BLOCK)                               \
-      transducer_loss_forward_##SUFFIX(opf_gpu_args a) {                               \
-    forward<T>(a);                                                                     \
-  }                                                                                    \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_GRAD_BLOCK)                               \
-      transducer_loss_backward_##SUFFIX(opf_gpu_args a) {                              \
-    backward<T>(a);                                                                    \
+#define OPF_TRANSDUCER_LOSS_KERNELS(SUFFIX, T)                                                               \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_LOSS_BLOCK) transducer_loss_forward_##SUFFIX(opf_gpu_args a) {  \
+    forward<T>(a);                                                                                           \
+  }                                                                                                          \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_GRAD_BLOCK) transducer_loss_backward_##SUFFIX(opf_gpu_args a) { \
+    backward<T>(a);                                                                                          \
   }
 
 OPF_TRANSDUCER_LOSS_KERNELS(f32, float)
