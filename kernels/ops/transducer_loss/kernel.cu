@@ -226,20 +226,11 @@ __device__ void backward(const opf_gpu_args& a) {
     t = row / U1 % T_;
     u = row % U1;
   }
-  Cell c = {t >= L.Tf || u > L.Uy,
-            a.param[2] != 0.0,
-            false,
-            L.blank,
-            -1,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f,
-            0.0f};
+  Cell c = {};                                      // (zeros: no edge weight)
+  c.pad = t < 0 || u < 0 || t >= L.Tf || u > L.Uy;  // (t, u < 0: only a wrong batch_offset)
+  c.fused = a.param[2] != 0.0;
+  c.blank = L.blank;
+  c.yu = -1;
   if (!c.pad) {
     const T* xr = x + row * V;
     const float* al = alpha + (b * T_ + t) * U1;
