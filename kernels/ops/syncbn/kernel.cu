@@ -48,20 +48,25 @@
 #error "OPF_TUNE_PARTIALS, OPF_TUNE_EW_ROWS and OPF_TUNE_MERGE_GRID must be at least 1"
 #endif
 
-#define OPF_SYNCBN_EW_PLAN {1, OPF_EXTENT_ONE, 0, {{OPF_EXTENT_ROWS, OPF_TUNE_EW_ROWS, 1, OPF_TUNE_BLOCK, 0}}}
+#define OPF_SYNCBN_EW_PLAN                                        \
+  {                                                               \
+    1, OPF_EXTENT_ONE, 0, {                                       \
+      { OPF_EXTENT_ROWS, OPF_TUNE_EW_ROWS, 1, OPF_TUNE_BLOCK, 0 } \
+    }                                                             \
+  }
 
 extern "C" {
 // NCHW reductions: s0 one block per row, workspace = 3 (welford) / 2 (backward_reduce) floats per row.
-__constant__ opf_gpu_plan syncbn_welford_plan = {2,
-                                                 OPF_EXTENT_ROWS,
-                                                 3 * (int)sizeof(float),
-                                                 {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0},
-                                                  {OPF_EXTENT_ONE, 1, OPF_TUNE_MERGE_GRID, OPF_TUNE_BLOCK, 0}}};
-__constant__ opf_gpu_plan syncbn_backward_reduce_plan = {2,
-                                                         OPF_EXTENT_ROWS,
-                                                         2 * (int)sizeof(float),
-                                                         {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0},
-                                                          {OPF_EXTENT_ONE, 1, OPF_TUNE_MERGE_GRID, OPF_TUNE_BLOCK, 0}}};
+__constant__ opf_gpu_plan syncbn_welford_plan = {
+    2,
+    OPF_EXTENT_ROWS,
+    3 * (int)sizeof(float),
+    {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0}, {OPF_EXTENT_ONE, 1, OPF_TUNE_MERGE_GRID, OPF_TUNE_BLOCK, 0}}};
+__constant__ opf_gpu_plan syncbn_backward_reduce_plan = {
+    2,
+    OPF_EXTENT_ROWS,
+    2 * (int)sizeof(float),
+    {{OPF_EXTENT_ROWS, 1, 1, OPF_TUNE_BLOCK, 0}, {OPF_EXTENT_ONE, 1, OPF_TUNE_MERGE_GRID, OPF_TUNE_BLOCK, 0}}};
 // Channels-last reductions: s0 (channel tile, row chunk), workspace = PARTIALS x 3 / 2 floats per channel.
 __constant__ opf_gpu_plan syncbn_welford_c_last_plan = {
     2,
@@ -425,24 +430,25 @@ __device__ void backward_elemt(const opf_gpu_args& a, bool last) {
 
 }  // namespace
 
-#define OPF_SYNCBN_K(NAME, SUFFIX) OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) syncbn_##NAME##_##SUFFIX(opf_gpu_args a)
+#define OPF_SYNCBN_K(NAME, SUFFIX) \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) syncbn_##NAME##_##SUFFIX(opf_gpu_args a)
 
-#define OPF_SYNCBN_KERNELS(SUFFIX, T)                                                 \
-  OPF_SYNCBN_K(welford, SUFFIX) { welford_rows<T>(a); }                               \
-  OPF_SYNCBN_K(welford, SUFFIX##_s1) { welford_rows_merge(a); }                       \
-  OPF_SYNCBN_K(welford_c_last, SUFFIX) { welford_cols<T>(a); }                        \
-  OPF_SYNCBN_K(welford_c_last, SUFFIX##_s1) { welford_cols_merge(a); }                \
-  OPF_SYNCBN_K(welford_parallel, SUFFIX) { welford_parallel(a); }                     \
-  OPF_SYNCBN_K(forward, SUFFIX) { forward<T, false>(a, false); }                      \
-  OPF_SYNCBN_K(forward_c_last, SUFFIX) { forward<T, false>(a, true); }                \
-  OPF_SYNCBN_K(forward_z_c_last, SUFFIX) { forward<T, true>(a, true); }               \
-  OPF_SYNCBN_K(relu_backward_c_last, SUFFIX) { relu_backward<T, false>(a); }          \
-  OPF_SYNCBN_K(relu_backward_z_c_last, SUFFIX) { relu_backward<T, true>(a); }         \
-  OPF_SYNCBN_K(backward_reduce, SUFFIX) { reduce_rows<T>(a); }                        \
-  OPF_SYNCBN_K(backward_reduce, SUFFIX##_s1) { reduce_rows_merge(a); }                \
-  OPF_SYNCBN_K(backward_reduce_c_last, SUFFIX) { reduce_cols<T>(a); }                 \
-  OPF_SYNCBN_K(backward_reduce_c_last, SUFFIX##_s1) { reduce_cols_merge(a); }         \
-  OPF_SYNCBN_K(backward_elemt, SUFFIX) { backward_elemt<T>(a, false); }               \
+#define OPF_SYNCBN_KERNELS(SUFFIX, T)                                         \
+  OPF_SYNCBN_K(welford, SUFFIX) { welford_rows<T>(a); }                       \
+  OPF_SYNCBN_K(welford, SUFFIX##_s1) { welford_rows_merge(a); }               \
+  OPF_SYNCBN_K(welford_c_last, SUFFIX) { welford_cols<T>(a); }                \
+  OPF_SYNCBN_K(welford_c_last, SUFFIX##_s1) { welford_cols_merge(a); }        \
+  OPF_SYNCBN_K(welford_parallel, SUFFIX) { welford_parallel(a); }             \
+  OPF_SYNCBN_K(forward, SUFFIX) { forward<T, false>(a, false); }              \
+  OPF_SYNCBN_K(forward_c_last, SUFFIX) { forward<T, false>(a, true); }        \
+  OPF_SYNCBN_K(forward_z_c_last, SUFFIX) { forward<T, true>(a, true); }       \
+  OPF_SYNCBN_K(relu_backward_c_last, SUFFIX) { relu_backward<T, false>(a); }  \
+  OPF_SYNCBN_K(relu_backward_z_c_last, SUFFIX) { relu_backward<T, true>(a); } \
+  OPF_SYNCBN_K(backward_reduce, SUFFIX) { reduce_rows<T>(a); }                \
+  OPF_SYNCBN_K(backward_reduce, SUFFIX##_s1) { reduce_rows_merge(a); }        \
+  OPF_SYNCBN_K(backward_reduce_c_last, SUFFIX) { reduce_cols<T>(a); }         \
+  OPF_SYNCBN_K(backward_reduce_c_last, SUFFIX##_s1) { reduce_cols_merge(a); } \
+  OPF_SYNCBN_K(backward_elemt, SUFFIX) { backward_elemt<T>(a, false); }       \
   OPF_SYNCBN_K(backward_elemt_c_last, SUFFIX) { backward_elemt<T>(a, true); }
 
 OPF_SYNCBN_KERNELS(f32, float)
