@@ -332,18 +332,48 @@ __device__ void welford_parallel(const opf_gpu_args& a) {
 }
 
 // ---------------------------------------------------------------- elementwise entries
+// Element position (column within the row, channel) of a thread's walk through a block's range
+// in steps of `step` elements: one division at the start, then additions (no 64-bit division per
+// element). NCHW: channel = row % C; channels last: channel = column.
+struct Walk {
+  long long col, c, cols, ch, dcol, dc;
+  bool last;
+  OPF_DEVICE void start(long long e, long long step) {
+    const long long row = e / cols, q = step / cols;
+    col = e - row * cols;
+    c = last ? col : row % ch;
+    dcol = step - q * cols;
+    dc = last ? 0 : q % ch;
+  }
+  OPF_DEVICE void advance() {
+    col += dcol;
+    const bool carry = col >= cols;
+    if (carry) col -= cols;
+    if (last) {
+      c = col;
+    } else {
+      c += dc + (carry ? 1 : 0);  // < 2 C
+      if (c >= ch) c -= ch;
+    }
+  }
+};
+
 // Block b covers rows [b EW_ROWS, (b + 1) EW_ROWS) of tensor 0, a contiguous element range; f(v, c)
-// maps the values of the storage inputs (arguments 0 .. NIN-1) at one element of channel c to the output. Channel of
-// element e: NCHW (e / HW) % C, channels last e % C. Packs when the row length is a multiple of the
-// pack (so a pack never straddles a row: NCHW one channel, channels last V consecutive channels).
+// maps the values of the storage inputs (arguments 0 .. NIN-1) at one element of channel c to the
+// output. Packs when the row length is a multiple of the pack (so a pack never straddles a row:
+// NCHW one channel, channels last V consecutive channels).
 template <class T, int NIN, class F>
 __device__ void elementwise(const opf_gpu_args& a, int out, bool last, F f) {
   constexpr int V = Pack<T>::n;
   const long long rows = a.rows, cols = a.cols;
-  const long long ch = last ? cols : a.shape[1];
   const long long r0 = (long long)blockIdx.x * OPF_TUNE_EW_ROWS;
   const long long r1 = r0 + OPF_TUNE_EW_ROWS < rows ? r0 + OPF_TUNE_EW_ROWS : rows;
   const long long e0 = r0 * cols, e1 = r1 * cols;
+  if (e1 <= e0) return;  // no elements (cols = 0): no barrier in these kernels
+  Walk w;
+  w.cols = cols;
+  w.ch = last ? cols : a.shape[1];
+  w.last = last;
   const T* src[NIN];
   bool packed = cols % V == 0 && aligned16(a.ptr[out]);
   for (int i = 0; i < NIN; ++i) {
@@ -353,21 +383,23 @@ __device__ void elementwise(const opf_gpu_args& a, int out, bool last, F f) {
   T* dst = static_cast<T*>(a.ptr[out]);
   float v[NIN];
   if (packed) {
-    for (long long k = e0 + (long long)threadIdx.x * V; k < e1; k += (long long)OPF_TUNE_BLOCK * V) {
+    constexpr long long kStep = (long long)OPF_TUNE_BLOCK * V;
+    w.start(e0 + (long long)threadIdx.x * V, kStep);
+    for (long long k = e0 + (long long)threadIdx.x * V; k < e1; k += kStep, w.advance()) {
       Pack<T> p[NIN];
       for (int i = 0; i < NIN; ++i) p[i] = load_pack(src[i], k);
-      const long long c0 = last ? k % ch : (k / cols) % ch;
       Pack<T> o;
       for (int e = 0; e < V; ++e) {
         for (int i = 0; i < NIN; ++i) v[i] = to_float(p[i].v[e]);
-        from_float(o.v[e], f(v, last ? c0 + e : c0));
+        from_float(o.v[e], f(v, last ? w.c + e : w.c));
       }
       store_pack(dst, k, o);
     }
   } else {
-    for (long long j = e0 + threadIdx.x; j < e1; j += OPF_TUNE_BLOCK) {
+    w.start(e0 + threadIdx.x, OPF_TUNE_BLOCK);
+    for (long long j = e0 + threadIdx.x; j < e1; j += OPF_TUNE_BLOCK, w.advance()) {
       for (int i = 0; i < NIN; ++i) v[i] = load(src[i], j);
-      store(dst, j, f(v, last ? j % ch : (j / cols) % ch));
+      store(dst, j, f(v, w.c));
     }
   }
 }
