@@ -316,22 +316,16 @@ __device__ void apply(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_FUSED_LAMB_KERNELS(SUFFIX, T)                                                        \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX(opf_gpu_args a) {    \
-    grad_norm_partials<T>(a);                                                                    \
-  }                                                                                              \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s1(opf_gpu_args a) { \
-    grad_norm_final(a);                                                                          \
-  }                                                                                              \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s2(opf_gpu_args a) { \
-    moments<T>(a);                                                                               \
-  }                                                                                              \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s3(opf_gpu_args a) { \
-    trust_ratio(a);                                                                              \
-  }                                                                                              \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s4(opf_gpu_args a) { \
-    apply<T>(a);                                                                                 \
-  }
+#define OPF_FUSED_LAMB_KERNELS(SUFFIX, T)                                                                             \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX(opf_gpu_args a) {                        \
+    grad_norm_partials<T>(a);                                                                                         \
+  }                                                                                                                   \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s1(opf_gpu_args a) {                   \
+    grad_norm_final(a);                                                                                               \
+  }                                                                                                                   \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s2(opf_gpu_args a) { moments<T>(a); }  \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s3(opf_gpu_args a) { trust_ratio(a); } \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_lamb_step_##SUFFIX##_s4(opf_gpu_args a) { apply<T>(a); }
 
 OPF_FUSED_LAMB_KERNELS(f32, float)
 OPF_FUSED_LAMB_KERNELS(f16, opf_gpu::f16)
