@@ -5,30 +5,36 @@
 //
 // Contract: ref.cpp. step (grads, params: list T; exp_avg, exp_avg_sq: list f32; noop_flag i32[1]).
 // The math forces three passes over memory (as cpu.cpp): the global grad norm must be complete
-// before any moment is updated, and a tensor's update norm before any of its params. Five stages:
-//   s0  CHUNKS  one block per chunk: f32 sum of g^2 of the chunk -> ws g2[c].
-//   s1  ONE     one block: per tensor the f64 sum of its chunks' partials (chunk order), then the
-//               total (f64, fixed tree) -> G = f32(sqrt), rclip -> ws; noop_flag[0] = 1 if some
-//               partial is non-finite (a NaN/inf gradient), never reset.
-//   s2  CHUNKS  one block per chunk: m, v, u (u rounded to T, written into grads); with a trust
-//               ratio the chunk's f32 sums of p^2 and u^2 (u as stored) -> ws p2[c], u2[c];
-//               without one (weight_decay 0 and not use_nvlamb) p -= lr*u here, s3 and s4 idle.
-//   s3  TENSORS one block per tensor: f64 sums of its chunks' p2/u2 -> ratio -> ws ratio[first].
-//   s4  CHUNKS  one block per chunk: p -= ratio[tensor] * u.
-// Workspace (f32, nc = number of chunks): g2[nc] p2[nc] u2[nc] ratio[nc] rclip, in
-// 5 * nc floats (nc >= 1 whenever any stage runs on data). No atomics: every sum has a fixed
-// order, so results are bitwise reproducible run to run.
+// before any moment is updated, and a tensor's update norm before any of its params. Five stages;
+// the per-chunk ones run SPLIT blocks per chunk (grid y = the chunk's part), so that one large
+// tensor still fills the device, each block summing its part in f32:
+//   s0  CHUNKS x SPLIT  f32 sum of g^2 over the part -> ws g2[c * SPLIT + y].
+//   s1  ONE             one block: per tensor the f64 sum of its partials (in order), then the
+//                       total (f64, fixed tree) -> G = f32(sqrt), rclip -> ws; noop_flag[0] = 1
+//                       if some partial is non-finite (a NaN/inf gradient), never reset.
+//   s2  CHUNKS x SPLIT  m, v, u (u rounded to T, written into grads); with a trust ratio the
+//                       part's f32 sums of p^2 and u^2 (u as stored) -> ws p2, u2; without one
+//                       (weight_decay 0 and not use_nvlamb) p -= lr*u here, and s3, s4 return.
+//   s3  TENSORS         one block per tensor: f64 sums of its partials -> ratio -> ws ratio[first].
+//   s4  CHUNKS x SPLIT  p -= ratio[tensor] * u.
+// Workspace (f32, nc = number of chunks): g2, p2, u2 [nc * SPLIT], ratio [nc], rclip: (3 SPLIT + 2)
+// floats per chunk (nc >= 1 whenever a stage touches it). No atomics: every sum has a fixed
+// order, so results are bitwise reproducible run to run. Reads/writes: s0 g; s2 g, p, m, v -> g,
+// m, v (p too without trust ratio); s4 u, p -> p: the minimum the math allows.
 // f32 factors from double arithmetic, as the host computes them in cpu.cpp / ref.cpp.
 #include "gpu/gpu_compat.cuh"
 #include "gpu/multi_tensor.cuh"
 
 // Tuning (docs/design.md, principle 6): the manifest's `tune` table arrives as -DOPF_TUNE_<NAME>;
 // the JIT may override these. Defaults match kernels/manifest.toml.
-#ifndef OPF_TUNE_CHUNK  // elements per chunk (one block of s0, s2, s4)
+#ifndef OPF_TUNE_CHUNK  // elements per chunk (SPLIT blocks of s0, s2, s4)
 #define OPF_TUNE_CHUNK 65536
 #endif
 #ifndef OPF_TUNE_BLOCK  // threads per block, every stage (a power of two: the f64 tree sums)
 #define OPF_TUNE_BLOCK 512
+#endif
+#ifndef OPF_TUNE_SPLIT  // blocks per chunk in s0, s2, s4 (grid y): enough blocks for one large tensor
+#define OPF_TUNE_SPLIT 4
 #endif
 
 #if (OPF_TUNE_BLOCK & (OPF_TUNE_BLOCK - 1)) != 0 || OPF_TUNE_BLOCK > 1024
@@ -38,12 +44,12 @@
 extern "C" {
 __constant__ opf_gpu_plan fused_lamb_step_plan = {5,
                                                   OPF_EXTENT_CHUNKS,
-                                                  5 * (int)sizeof(float),
-                                                  {{OPF_EXTENT_CHUNKS, 1, 1, OPF_TUNE_BLOCK, 0},
+                                                  (3 * OPF_TUNE_SPLIT + 2) * (int)sizeof(float),
+                                                  {{OPF_EXTENT_CHUNKS, 1, OPF_TUNE_SPLIT, OPF_TUNE_BLOCK, 0},
                                                    {OPF_EXTENT_ONE, 1, 1, OPF_TUNE_BLOCK, 0},
-                                                   {OPF_EXTENT_CHUNKS, 1, 1, OPF_TUNE_BLOCK, 0},
+                                                   {OPF_EXTENT_CHUNKS, 1, OPF_TUNE_SPLIT, OPF_TUNE_BLOCK, 0},
                                                    {OPF_EXTENT_TENSORS, 1, 1, OPF_TUNE_BLOCK, 0},
-                                                   {OPF_EXTENT_CHUNKS, 1, 1, OPF_TUNE_BLOCK, 0}},
+                                                   {OPF_EXTENT_CHUNKS, 1, OPF_TUNE_SPLIT, OPF_TUNE_BLOCK, 0}},
                                                   OPF_TUNE_CHUNK};
 }
 
@@ -93,11 +99,35 @@ OPF_DEVICE Factors factors(const opf_gpu_args& a) {
   return f;
 }
 
-// Workspace arrays (f32): g2, p2, u2, ratio, each [nchunks], then rclip.
-OPF_DEVICE float* ws_array(const opf_gpu_args& a, int which) {
-  return static_cast<float*>(a.workspace) + which * a.lists->nchunks;
-}
+// Workspace arrays (f32): g2, p2, u2, each [nchunks * SPLIT] (chunk-major: partial c * SPLIT + y),
+// ratio [nchunks] (a tensor's at its first chunk), then rclip.
 enum { kWsG2, kWsP2, kWsU2, kWsRatio, kWsRclip };
+OPF_DEVICE float* ws_array(const opf_gpu_args& a, int which) {
+  const long long nc = a.lists->nchunks;
+  float* ws = static_cast<float*>(a.workspace);
+  return which <= kWsU2 ? ws + which * OPF_TUNE_SPLIT * nc : ws + 3 * OPF_TUNE_SPLIT * nc + (which - kWsRatio) * nc;
+}
+OPF_DEVICE long long partial_index() { return (long long)blockIdx.x * OPF_TUNE_SPLIT + blockIdx.y; }
+
+// The part of chunk blockIdx.x that block (x, y) covers: elements [off, off + n) of the chunk (n
+// may be 0). Parts start at multiples of 8 elements, so 16-byte alignment carries over.
+struct Part {
+  ListChunk c;
+  long long off, n;
+};
+OPF_DEVICE Part chunk_part(const opf_gpu_args& a) {
+  Part r;
+  r.c = list_chunk(a, blockIdx.x);
+  const long long per = ((r.c.n + OPF_TUNE_SPLIT - 1) / OPF_TUNE_SPLIT + 7) / 8 * 8;
+  const long long b = (long long)blockIdx.y * per, e = b + per;
+  r.off = b < r.c.n ? b : r.c.n;
+  r.n = (e < r.c.n ? e : r.c.n) - r.off;
+  return r;
+}
+template <class S>
+OPF_DEVICE S* part_data(const Part& p, int list) {
+  return list_data<S>(p.c, list) + p.off;
+}
 
 // Sums two doubles over the block by a fixed tree (BLOCK a power of two); thread 0 gets them.
 OPF_DEVICE void block_sum2_f64(double& x, double& y) {
@@ -138,8 +168,8 @@ OPF_DEVICE void store_f32(float* p, long long i, const float (&in)[V]) {
 template <class T>
 __device__ void grad_norm_partials(const opf_gpu_args& a) {
   constexpr int V = Pack<T>::n;
-  const ListChunk c = list_chunk(a, blockIdx.x);
-  const T* g = list_data<T>(c, 0);
+  const Part c = chunk_part(a);
+  const T* g = part_data<T>(c, 0);
   const long long n = c.n;
   float s = 0.0f;
   if (aligned16(g)) {
@@ -161,7 +191,7 @@ __device__ void grad_norm_partials(const opf_gpu_args& a) {
     }
   }
   s = block_sum<OPF_TUNE_BLOCK>(s);
-  if (threadIdx.x == 0) ws_array(a, kWsG2)[blockIdx.x] = s;
+  if (threadIdx.x == 0) ws_array(a, kWsG2)[partial_index()] = s;
 }
 
 // s1: the global norm G (per tensor f64 sums of the chunk partials in chunk order, then the
@@ -175,8 +205,8 @@ __device__ void grad_norm_final(const opf_gpu_args& a) {
     long long first;
     const long long count = tensor_chunks(a, k, &first);
     double s = 0.0;
-    for (long long j = 0; j < count; ++j) {
-      const float x = g2[first + j];
+    for (long long j = first * OPF_TUNE_SPLIT; j < (first + count) * OPF_TUNE_SPLIT; ++j) {
+      const float x = g2[j];
       s += (double)x;
       if (!finite(x)) bad = 1.0;
     }
@@ -210,11 +240,11 @@ template <class T>
 __device__ void moments(const opf_gpu_args& a) {
   constexpr int V = Pack<T>::n;
   const Factors f = factors(a);
-  const ListChunk c = list_chunk(a, blockIdx.x);
-  T* g = list_data<T>(c, 0);
-  T* p = list_data<T>(c, 1);
-  float* m = list_data<float>(c, 2);
-  float* v = list_data<float>(c, 3);
+  const Part c = chunk_part(a);
+  T* g = part_data<T>(c, 0);
+  T* p = part_data<T>(c, 1);
+  float* m = part_data<float>(c, 2);
+  float* v = part_data<float>(c, 3);
   const long long n = c.n;
   const float rclip = ws_array(a, kWsRclip)[0];
   float p2 = 0.0f, u2 = 0.0f;
@@ -262,8 +292,8 @@ __device__ void moments(const opf_gpu_args& a) {
   if (f.trust) {  // uniform over the block
     block_sum2<OPF_TUNE_BLOCK>(p2, u2);
     if (threadIdx.x == 0) {
-      ws_array(a, kWsP2)[blockIdx.x] = p2;
-      ws_array(a, kWsU2)[blockIdx.x] = u2;
+      ws_array(a, kWsP2)[partial_index()] = p2;
+      ws_array(a, kWsU2)[partial_index()] = u2;
     }
   }
 }
@@ -275,10 +305,10 @@ __device__ void trust_ratio(const opf_gpu_args& a) {
   long long first;
   const long long count = tensor_chunks(a, blockIdx.x, &first);
   if (count == 0) return;  // an empty tensor: no chunk, nothing to scale
-  const float* wp = ws_array(a, kWsP2) + first;
-  const float* wu = ws_array(a, kWsU2) + first;
+  const float* wp = ws_array(a, kWsP2) + first * OPF_TUNE_SPLIT;
+  const float* wu = ws_array(a, kWsU2) + first * OPF_TUNE_SPLIT;
   double p2 = 0.0, u2 = 0.0;
-  for (long long j = threadIdx.x; j < count; j += OPF_TUNE_BLOCK) {
+  for (long long j = threadIdx.x; j < count * OPF_TUNE_SPLIT; j += OPF_TUNE_BLOCK) {
     p2 += (double)wp[j];
     u2 += (double)wu[j];
   }
@@ -296,11 +326,11 @@ template <class T>
 __device__ void apply(const opf_gpu_args& a) {
   constexpr int V = Pack<T>::n;
   if (!(a.param[kWeightDecay] != 0.0 || a.param[kUseNvlamb] != 0.0)) return;
-  const ListChunk c = list_chunk(a, blockIdx.x);
-  const T* u = list_data<T>(c, 0);
-  T* p = list_data<T>(c, 1);
+  const Part c = chunk_part(a);
+  const T* u = part_data<T>(c, 0);
+  T* p = part_data<T>(c, 1);
   const long long n = c.n;
-  const float r = ws_array(a, kWsRatio)[c.t->first_chunk];
+  const float r = ws_array(a, kWsRatio)[c.c.t->first_chunk];
   long long tail = 0;
   if (aligned16(u) && aligned16(p)) {
     for (long long k = (long long)threadIdx.x * V; k + V <= n; k += (long long)OPF_TUNE_BLOCK * V) {
