@@ -31,7 +31,7 @@
 #define OPF_TUNE_CHUNK 65536
 #endif
 #ifndef OPF_TUNE_BLOCK  // threads per block, every stage (a power of two: the f64 tree sums)
-#define OPF_TUNE_BLOCK 512
+#define OPF_TUNE_BLOCK 256
 #endif
 #ifndef OPF_TUNE_SPLIT  // blocks per chunk in s0, s2, s4 (grid y): enough blocks for one large tensor
 #define OPF_TUNE_SPLIT 4
@@ -110,7 +110,8 @@ OPF_DEVICE float* ws_array(const opf_gpu_args& a, int which) {
 OPF_DEVICE long long partial_index() { return (long long)blockIdx.x * OPF_TUNE_SPLIT + blockIdx.y; }
 
 // The part of chunk blockIdx.x that block (x, y) covers: elements [off, off + n) of the chunk (n
-// may be 0). Parts start at multiples of 8 elements, so 16-byte alignment carries over.
+// may be 0: a small chunk is not split below 16 elements per thread, and its other blocks return
+// at once). Parts start at multiples of 8 elements, so 16-byte alignment carries over.
 struct Part {
   ListChunk c;
   long long off, n;
@@ -118,7 +119,8 @@ struct Part {
 OPF_DEVICE Part chunk_part(const opf_gpu_args& a) {
   Part r;
   r.c = list_chunk(a, blockIdx.x);
-  const long long per = ((r.c.n + OPF_TUNE_SPLIT - 1) / OPF_TUNE_SPLIT + 7) / 8 * 8;
+  const long long even = ((r.c.n + OPF_TUNE_SPLIT - 1) / OPF_TUNE_SPLIT + 7) / 8 * 8;
+  const long long per = even > 16 * OPF_TUNE_BLOCK ? even : 16 * OPF_TUNE_BLOCK;
   const long long b = (long long)blockIdx.y * per, e = b + per;
   r.off = b < r.c.n ? b : r.c.n;
   r.n = (e < r.c.n ? e : r.c.n) - r.off;
@@ -169,6 +171,10 @@ template <class T>
 __device__ void grad_norm_partials(const opf_gpu_args& a) {
   constexpr int V = Pack<T>::n;
   const Part c = chunk_part(a);
+  if (c.n == 0) {  // uniform over the block: no barrier skipped by part of it
+    if (threadIdx.x == 0) ws_array(a, kWsG2)[partial_index()] = 0.0f;
+    return;
+  }
   const T* g = part_data<T>(c, 0);
   const long long n = c.n;
   float s = 0.0f;
@@ -241,6 +247,10 @@ __device__ void moments(const opf_gpu_args& a) {
   constexpr int V = Pack<T>::n;
   const Factors f = factors(a);
   const Part c = chunk_part(a);
+  if (c.n == 0) {  // uniform over the block
+    if (f.trust && threadIdx.x == 0) ws_array(a, kWsP2)[partial_index()] = ws_array(a, kWsU2)[partial_index()] = 0.0f;
+    return;
+  }
   T* g = part_data<T>(c, 0);
   T* p = part_data<T>(c, 1);
   float* m = part_data<float>(c, 2);
