@@ -37,6 +37,10 @@
 #define OPF_TUNE_SPLIT 4
 #endif
 
+// The step's 11 params (manifest order, enum below) must all reach a.param[].
+#if OPF_GPU_MAX_PARAMS < 11
+#error "fused_lamb has 11 params: gpu/launch_abi.h's OPF_GPU_MAX_PARAMS must be >= 11"
+#endif
 #if (OPF_TUNE_BLOCK & (OPF_TUNE_BLOCK - 1)) != 0 || OPF_TUNE_BLOCK > 1024
 #error "OPF_TUNE_BLOCK must be a power of two <= 1024"
 #endif
