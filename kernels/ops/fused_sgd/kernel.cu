@@ -110,8 +110,7 @@ __device__ void sgd_chunk(const opf_gpu_args& a, const Factors& f) {
   T* y = kCopy ? list_data<T>(c, 3) : nullptr;
   const long long n = c.n;
   const bool read_b = kMomentum && !f.first_run;
-  const bool packed =
-      aligned16(g) && aligned16(p) && (!kMomentum || aligned16(b)) && (!kCopy || aligned16(y));
+  const bool packed = aligned16(g) && aligned16(p) && (!kMomentum || aligned16(b)) && (!kCopy || aligned16(y));
   const long long nv = packed ? n / V * V : 0;  // elements moved in packs
 
   for (long long i = (long long)threadIdx.x * V; i < nv; i += (long long)OPF_TUNE_BLOCK * V) {
@@ -151,12 +150,12 @@ __device__ void sgd(const opf_gpu_args& a, int flag_arg) {
 
 }  // namespace
 
-#define OPF_FUSED_SGD_KERNELS(SUFFIX, T)                                                             \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_sgd_step_##SUFFIX(opf_gpu_args a) {        \
-    sgd<T, T, false>(a, 3);                                                                          \
-  }                                                                                                  \
+#define OPF_FUSED_SGD_KERNELS(SUFFIX, T)                                                                \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_sgd_step_##SUFFIX(opf_gpu_args a) {           \
+    sgd<T, T, false>(a, 3);                                                                             \
+  }                                                                                                     \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_sgd_step_with_copy_##SUFFIX(opf_gpu_args a) { \
-    sgd<T, float, true>(a, 4);                                                                       \
+    sgd<T, float, true>(a, 4);                                                                          \
   }
 
 OPF_FUSED_SGD_KERNELS(f32, float)
