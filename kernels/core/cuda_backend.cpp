@@ -46,6 +46,7 @@ struct Driver {
   OPF_CU_FN(cuMemAlloc)
   OPF_CU_FN(cuMemFree)
   OPF_CU_FN(cuMemcpyHtoD)
+  OPF_CU_FN(cuMemcpyHtoDAsync)
   OPF_CU_FN(cuMemcpyDtoH)
   OPF_CU_FN(cuLaunchKernel)
   OPF_CU_FN(cuGetErrorName)
@@ -84,6 +85,7 @@ struct Driver {
     OPF_CU_SYM(cuMemAlloc);
     OPF_CU_SYM(cuMemFree);
     OPF_CU_SYM(cuMemcpyHtoD);
+    OPF_CU_SYM(cuMemcpyHtoDAsync);
     OPF_CU_SYM(cuMemcpyDtoH);
     OPF_CU_SYM(cuLaunchKernel);
     OPF_CU_SYM(cuGetErrorName);
@@ -204,6 +206,10 @@ struct CudaApi {
     return driver().cuMemcpyHtoD(CUdeviceptr(dst), src, bytes);
   }
   int to_host(void* dst, const void* src, size_t bytes) { return driver().cuMemcpyDtoH(dst, CUdeviceptr(src), bytes); }
+  // From pageable memory the driver stages src before returning, so the caller may reuse it.
+  int upload(void* dst, const void* src, size_t bytes, void* stream) {
+    return driver().cuMemcpyHtoDAsync(CUdeviceptr(dst), src, bytes, static_cast<CUstream>(stream));
+  }
   int synchronize() { return driver().cuCtxSynchronize(); }
 
   std::vector<std::string> jit_identity(const JitSource& src) const {

@@ -10,6 +10,8 @@
 //   int launch(Function, unsigned gx, unsigned gy, unsigned block, unsigned shared, void* stream,
 //              opf_gpu_args* args);
 //   int alloc(void** p, size_t bytes); int release(void* p); int synchronize();
+//   int upload(void* dst, const void* src, size_t bytes, void* stream);  host -> device, ordered on
+//                                                          stream; src may be reused on return
 //   int make_current();                                    bind the device context to this thread
 //   int unload(Module);
 #pragma once
@@ -28,6 +30,7 @@
 #include "opforge/abi.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
+#include "core/gpu_lists.h"
 #include "core/manifest_shapes.h"
 #include "opforge/manifest.h"
 
@@ -58,13 +61,15 @@ inline long long gpu_extent(const opf_gpu_args& a, int which) {
   switch (which) {
     case OPF_EXTENT_ROWS: return a.rows;
     case OPF_EXTENT_COLS: return a.cols;
+    case OPF_EXTENT_TENSORS: return a.rows;  // list entries only: rows = tensors, cols = chunks
+    case OPF_EXTENT_CHUNKS: return a.cols;
     default: return 1;
   }
 }
 
 // "" when the plan is usable, else why not.
 inline std::string gpu_plan_problem(const opf_gpu_plan& p) {
-  auto extent_ok = [](int e) { return e == OPF_EXTENT_ONE || e == OPF_EXTENT_ROWS || e == OPF_EXTENT_COLS; };
+  auto extent_ok = [](int e) { return e >= OPF_EXTENT_ONE && e <= OPF_EXTENT_CHUNKS; };
   if (p.nstages < 1 || p.nstages > OPF_GPU_MAX_STAGES) return "nstages " + std::to_string(p.nstages) + " out of range";
   if (!extent_ok(p.workspace_extent) || p.workspace_mult < 0) return "bad workspace rule";
   for (int k = 0; k < p.nstages; ++k) {
@@ -76,14 +81,24 @@ inline std::string gpu_plan_problem(const opf_gpu_plan& p) {
   return "";
 }
 
+// A plan sizes a grid or its workspace by the list extents (meaningful in list entries only).
+inline bool plan_uses_lists(const opf_gpu_plan& p) {
+  auto of_lists = [](int e) { return e == OPF_EXTENT_TENSORS || e == OPF_EXTENT_CHUNKS; };
+  bool uses = of_lists(p.workspace_extent);
+  for (int k = 0; k < p.nstages && k < OPF_GPU_MAX_STAGES; ++k) uses = uses || of_lists(p.stage[k].grid_x_extent);
+  return uses;
+}
+
 // Fills the kernel argument struct from an ABI call (gpu/launcher.h), the entry's `view` arguments
-// allowed any strides; "" on success, else the problem.
+// allowed any strides, its lists left to GpuListTable; "" on success, else the problem.
 inline std::string gpu_make_args(const OpInfo& op, const opf_call* c, opf_gpu_args& a) {
-  unsigned views = 0;
-  if (const EntryInfo* e = op.find_entry(c->entry ? c->entry : ""))
+  unsigned views = 0, lists = 0;
+  if (const EntryInfo* e = op.find_entry(c->entry ? c->entry : "")) {
     for (size_t i = 0; i < e->args.size() && i < 32; ++i)
       if (e->args[i].view) views |= 1u << i;
-  return gpu::args_from_call(c, a, views);
+    lists = gpu_list_mask(*e);
+  }
+  return gpu::args_from_call(c, a, views, lists);
 }
 
 template <class Api>
@@ -121,6 +136,10 @@ class GpuModule {
       int rc = api_.read_global(&e.plan, sizeof e.plan, mod_, pname.c_str());
       if (rc != 0) reject(path, "no plan '" + pname + "' (" + (rc == -1 ? "size mismatch" : api_.error(rc)) + ")");
       if (std::string why = gpu_plan_problem(e.plan); !why.empty()) reject(path, "plan '" + pname + "': " + why);
+      e.lists = gpu_list_mask(entry_info) != 0;
+      if (e.lists && e.plan.chunk < 1) reject(path, "plan '" + pname + "' of a list entry has no chunk size");
+      if (!e.lists && plan_uses_lists(e.plan))
+        reject(path, "plan '" + pname + "' sizes by TENSORS/CHUNKS without lists");
       for (const auto& dtype : op.dtypes) {
         auto& fns = e.kernels[dtype];
         for (int k = 0; k < e.plan.nstages; ++k) {
@@ -147,6 +166,7 @@ class GpuModule {
  private:
   struct Entry {
     opf_gpu_plan plan{};
+    bool lists = false;  // a multi-tensor apply entry (gpu/launch_abi.h, "Lists")
     std::map<std::string, std::vector<typename Api::Function>> kernels;  // dtype -> stage kernels
   };
 
@@ -232,6 +252,12 @@ class GpuModule {
     const std::string dtype(dtype_name(storage_dtype(c)));
     if (!it->second.kernels.count(dtype)) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
+    if (it->second.lists) {
+      GpuListTable table;
+      if (std::string why = table.build(*info_op_->find_entry(c->entry), c, storage_dtype(c), it->second.plan.chunk);
+          !why.empty())
+        return op_ + "/" + backend_ + " " + c->entry + ": " + why;
+    }
     return "";
   }
 
@@ -245,11 +271,26 @@ class GpuModule {
     auto k = it->second.kernels.find(dtype);
     const opf_gpu_plan& plan = it->second.plan;
 
+    GpuListTable table;
+    if (it->second.lists) {
+      table.build(*info_op_->find_entry(c->entry), c, storage_dtype(c), plan.chunk);  // check() passed
+      a.rows = table.ntensors();
+      a.cols = table.nchunks();
+    }
+
     std::lock_guard lock(mu_);  // the workspace is shared by this module's calls
     if (int rc = api_.make_current(); rc != 0) return fail("cannot bind the device context", rc);
+    // List entries: the chunk table first, the plan's workspace after it.
+    const size_t table_bytes = it->second.lists ? table.bytes() : 0;
     const size_t ws = size_t(plan.workspace_mult) * size_t(gpu_extent(a, plan.workspace_extent));
-    if (int rc = grow_workspace(ws); rc != 0) return fail("workspace allocation", rc);
-    a.workspace = ws ? workspace_ : nullptr;
+    if (int rc = grow_workspace(table_bytes + ws); rc != 0) return fail("workspace allocation", rc);
+    a.workspace = ws ? static_cast<char*>(workspace_) + table_bytes : nullptr;
+    if (it->second.lists) {
+      const std::vector<unsigned char> image = table.image(workspace_);
+      if (int rc = api_.upload(workspace_, image.data(), image.size(), c->stream); rc != 0)
+        return fail("upload of the list table", rc);
+      a.lists = static_cast<const opf_gpu_lists*>(workspace_);
+    }
     for (int s = 0; s < plan.nstages; ++s) {
       const opf_gpu_stage& st = plan.stage[s];
       const long long gx = (gpu_extent(a, st.grid_x_extent) + st.grid_x_div - 1) / st.grid_x_div;
@@ -266,9 +307,13 @@ class GpuModule {
   // The call's storage dtype T, which names its kernels (<op>_<entry>_<T>): the dtype of the first
   // argument whose manifest dtype is T (an entry may start with a per-row f32 gradient or labels).
   DType storage_dtype(const opf_call* c) const {
+    // (A list may be empty; a call whose storage lists all are runs the op's first dtype's kernels.)
     if (const EntryInfo* e = info_op_->find_entry(c->entry ? c->entry : ""))
       for (size_t i = 0; i < e->args.size() && int(i) < c->nargs; ++i)
-        if (e->args[i].rule == DTypeRule::storage) return DType(c->args[i].tensors[0].dtype);
+        if (e->args[i].rule == DTypeRule::storage && c->args[i].count > 0 && c->args[i].tensors)
+          return DType(c->args[i].tensors[0].dtype);
+    if (info_op_->find_entry(c->entry ? c->entry : "") && !info_op_->dtypes.empty())
+      if (const auto d = dtype_from_name(info_op_->dtypes.front())) return *d;
     return DType(c->args[0].tensors[0].dtype);
   }
 
@@ -277,15 +322,17 @@ class GpuModule {
   // dtype by its manifest rule, every shape against the manifest's symbolic shapes with one binding
   // for all arguments (core/manifest_shapes.h), then the op's own limits.
   std::string check_tensors(const opf_call* c) const {
-    for (int i = 0; i < c->nargs; ++i)
-      if (!c->args[i].tensors[0].data) return "tensor " + std::to_string(i) + " has no data";
     const EntryInfo* e = info_op_->find_entry(c->entry ? c->entry : "");
     if (!e) return "no entry '" + std::string(c->entry ? c->entry : "(null)") + "'";
     if (e->args.size() != size_t(c->nargs))
       return "expects " + std::to_string(e->args.size()) + " tensors, got " + std::to_string(c->nargs);
+    for (int i = 0; i < c->nargs; ++i)
+      if (!e->args[size_t(i)].list && !c->args[i].tensors[0].data)
+        return "tensor " + std::to_string(i) + " has no data";
     const DType t = storage_dtype(c);
     ShapeBinder shapes;
     for (size_t i = 0; i < e->args.size(); ++i) {
+      if (e->args[i].list) continue;  // GpuListTable checks lists
       const opf_tensor& x = c->args[i].tensors[0];
       const DType want = e->args[i].dtype_for(t);
       if (x.dtype != int32_t(want)) return "tensor '" + e->args[i].name + "' must be " + std::string(dtype_name(want));
@@ -297,6 +344,7 @@ class GpuModule {
     }
     // The op's own limits (e.g. causal_softmax's sq == sk) where argument 0 is a storage tensor of
     // the op's case rank, the convention of most entries; elsewhere the binding above stands alone.
+    if (e->args.front().list) return "";
     const opf_tensor& t0 = c->args[0].tensors[0];
     if (!info_op_->spec || !info_op_->spec->describe || e->args.front().rule != DTypeRule::storage ||
         info_op_->cases.empty() || size_t(t0.ndim) != info_op_->cases.front().size())

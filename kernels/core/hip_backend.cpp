@@ -39,6 +39,7 @@ struct Runtime {
   hipError_t (*hipMalloc)(void**, size_t) = nullptr;  // the header also has a template overload
   OPF_HIP_FN(hipFree)
   OPF_HIP_FN(hipMemcpyHtoD)
+  OPF_HIP_FN(hipMemcpyHtoDAsync)
   OPF_HIP_FN(hipMemcpyDtoH)
   OPF_HIP_FN(hipGetErrorName)
   OPF_HIP_FN(hiprtcVersion)
@@ -84,6 +85,7 @@ struct Runtime {
     OPF_HIP_SYM(hipMalloc);
     OPF_HIP_SYM(hipFree);
     OPF_HIP_SYM(hipMemcpyHtoD);
+    OPF_HIP_SYM(hipMemcpyHtoDAsync);
     OPF_HIP_SYM(hipMemcpyDtoH);
     OPF_HIP_SYM(hipGetErrorName);
     OPF_HIP_SYM(hiprtcVersion);
@@ -184,6 +186,10 @@ struct HipApi {
   }
   int to_host(void* dst, const void* src, size_t bytes) {
     return runtime().hipMemcpyDtoH(dst, const_cast<void*>(src), bytes);
+  }
+  // From pageable memory the runtime stages src before returning, so the caller may reuse it.
+  int upload(void* dst, const void* src, size_t bytes, void* stream) {
+    return runtime().hipMemcpyHtoDAsync(dst, const_cast<void*>(src), bytes, static_cast<hipStream_t>(stream));
   }
   int synchronize() { return runtime().hipDeviceSynchronize(); }
 

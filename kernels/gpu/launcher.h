@@ -1,9 +1,9 @@
 /* Per-op GPU host launch code — the optional part of a GPU module (ABI v2).
  *
  * Most ops need no host code: the generic launcher (core/gpu_module.h) runs the stages of the
- * plan their kernel.cu carries (gpu/launch_abi.h). An op whose launch needs decisions on the host
- * — a cuBLASLt GEMM with an epilogue (fused_dense), multi-tensor chunking of lists (optimizers),
- * a grid sized from a param — adds kernels/ops/<op>/launch.cpp. Meson compiles it, for every
+ * plan their kernel.cu carries (gpu/launch_abi.h), multi-tensor chunking of lists included. An op
+ * whose launch needs decisions on the host — a cuBLASLt GEMM with an epilogue (fused_dense), a
+ * grid sized from a param — adds kernels/ops/<op>/launch.cpp. Meson compiles it, for every
  * enabled GPU backend and in every mode, into opf_<op>_<backend>_launch.so (plain host C++: the
  * JIT compiles device code only), linking the op's manifest `deps` for that backend (e.g.
  * `cuda = ["cublasLt"]`). The loader opens it beside the op's code object, and the module's
@@ -60,10 +60,12 @@ typedef const opf_gpu_launcher* (*opf_gpu_launcher_table_fn)(void);
 
 namespace opf::gpu {
 
-// The generic kernel argument struct from a call of single tensors (no lists): ptr[i] = argument i,
-// rows/cols/shape from argument 0, params as doubles. Tensors must be contiguous, except argument i
-// when bit i of `views` is set (the manifest's `view` arguments). "" on success, else the problem.
-inline std::string args_from_call(const opf_call* c, opf_gpu_args& a, unsigned views = 0) {
+// The generic kernel argument struct from a call: ptr[i] = argument i, rows/cols/shape from
+// argument 0, params as doubles. Tensors must be contiguous, except argument i when bit i of
+// `views` is set (the manifest's `view` arguments). Argument i is a list when bit i of `lists` is
+// set: it is skipped here (ptr NULL; the caller builds the list table, and rows/cols are its), and
+// every other argument must be one tensor. "" on success, else the problem.
+inline std::string args_from_call(const opf_call* c, opf_gpu_args& a, unsigned views = 0, unsigned lists = 0) {
   a = opf_gpu_args{};
   if (c->nargs < 1 || c->nargs > OPF_GPU_MAX_ARGS || !c->args)
     return "GPU modules take 1.." + std::to_string(OPF_GPU_MAX_ARGS) + " arguments, got " + std::to_string(c->nargs);
@@ -72,6 +74,7 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a, unsigned v
            std::to_string(c->nparams);
   for (int i = 0; i < c->nargs; ++i) {
     const opf_arg& arg = c->args[i];
+    if (lists >> i & 1u) continue;
     if (arg.count != 1 || !arg.tensors)
       return "argument " + std::to_string(i) + " must be one tensor (the generic GPU launcher takes no lists), got " +
              std::to_string(arg.count);
@@ -94,10 +97,11 @@ inline std::string args_from_call(const opf_call* c, opf_gpu_args& a, unsigned v
   }
   for (int i = 0; i < c->nparams; ++i)
     a.param[i] = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
+  a.nargs = c->nargs;
+  if (lists) return "";
   const opf_tensor& t0 = c->args[0].tensors[0];
   if (t0.ndim < 1) return "first tensor has " + std::to_string(t0.ndim) + " dims";
   a.ndim = t0.ndim;
-  a.nargs = c->nargs;
   a.rows = 1;
   for (int d = 0; d < t0.ndim; ++d) {
     a.shape[d] = t0.shape[d];

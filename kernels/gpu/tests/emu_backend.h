@@ -93,6 +93,10 @@ struct EmuApi {
     std::memcpy(dst, src, bytes);
     return 0;
   }
+  int upload(void* dst, const void* src, size_t bytes, void*) {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  }
   int synchronize() { return 0; }
   std::vector<std::string> jit_identity(const detail::JitSource&) const { throw Error("emu: no JIT"); }
   void jit_compile(const std::string&, const detail::JitSource&, const std::string&, const std::string&) const {
