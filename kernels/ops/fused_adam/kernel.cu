@@ -6,7 +6,8 @@
 //   step s0   one block per chunk (OPF_TUNE_CHUNK elements of one tensor): if noop_flag[0] != 0
 //             on entry the block returns (nothing written); else every element of the chunk is
 //             updated in one pass (16-byte packs when the chunk's pointers allow) and the chunk's
-//             "saw a non-finite gradient" bit goes to workspace[chunk]. s0 never writes noop_flag,
+//             "saw a non-finite gradient" bit (a shared flag that only 1s are written to, between
+//             two barriers) goes to workspace[chunk]. s0 never writes noop_flag,
 //             so every block sees its entry value (apex lets a block see a flag another block of
 //             the same launch set; the contract updates every element, so that race is avoided).
 //   step s1   one block: if noop_flag[0] is still 0 (the step ran), ORs the chunks' bits in a
@@ -121,11 +122,15 @@ OPF_DEVICE bool step_chunk(const Factors& f, const ListChunk& c) {
 template <class T>
 __device__ void step(const opf_gpu_args& a) {
   if (static_cast<const int*>(a.ptr[4])[0] != 0) return;  // skipped: the whole grid returns
+  __shared__ int chunk_bad;  // every writer stores 1: the same result in any order, no atomics
+  if (threadIdx.x == 0) chunk_bad = 0;
+  __syncthreads();
   const ListChunk c = list_chunk(a, blockIdx.x);
   const Factors f = factors(a);
   const bool bad = a.param[6] != 0.0 ? step_chunk<T, true>(f, c) : step_chunk<T, false>(f, c);
-  const float nbad = block_sum<OPF_TUNE_BLOCK>(bad ? 1.0f : 0.0f);
-  if (threadIdx.x == 0) static_cast<int*>(a.workspace)[blockIdx.x] = nbad > 0.0f ? 1 : 0;
+  if (bad) chunk_bad = 1;
+  __syncthreads();
+  if (threadIdx.x == 0) static_cast<int*>(a.workspace)[blockIdx.x] = chunk_bad;
 }
 
 __device__ void step_flag(const opf_gpu_args& a) {
