@@ -32,12 +32,12 @@
 #endif
 
 extern "C" {
-__constant__ opf_gpu_plan fused_adam_step_plan = {2,
-                                                  OPF_EXTENT_CHUNKS,
-                                                  (int)sizeof(int),
-                                                  {{OPF_EXTENT_CHUNKS, 1, 1, OPF_TUNE_BLOCK, 0},
-                                                   {OPF_EXTENT_ONE, 1, 1, OPF_TUNE_BLOCK, 0}},
-                                                  OPF_TUNE_CHUNK};
+__constant__ opf_gpu_plan fused_adam_step_plan = {
+    2,
+    OPF_EXTENT_CHUNKS,
+    (int)sizeof(int),
+    {{OPF_EXTENT_CHUNKS, 1, 1, OPF_TUNE_BLOCK, 0}, {OPF_EXTENT_ONE, 1, 1, OPF_TUNE_BLOCK, 0}},
+    OPF_TUNE_CHUNK};
 }
 
 namespace {
@@ -146,7 +146,7 @@ __device__ void step_flag(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_FUSED_ADAM_KERNELS(SUFFIX, T)                                                                   \
+#define OPF_FUSED_ADAM_KERNELS(SUFFIX, T)                                                                    \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_adam_step_##SUFFIX(opf_gpu_args a) { step<T>(a); } \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) fused_adam_step_##SUFFIX##_s1(opf_gpu_args a) { step_flag(a); }
 
