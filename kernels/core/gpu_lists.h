@@ -63,8 +63,7 @@ class GpuListTable {
         }
         if (numel > 0 && !x.data) return who + " has no data";
         opf_gpu_list_tensor& slot = tensors_[size_t(k)];
-        if (j == 0)
-          slot.numel = numel;
+        if (j == 0) slot.numel = numel;
         else if (slot.numel != numel)
           return who + " has " + std::to_string(numel) + " elements, '" + e.args[size_t(head_.list_arg[0])].name +
                  "'[" + std::to_string(k) + "] " + std::to_string(slot.numel);

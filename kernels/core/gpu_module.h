@@ -178,6 +178,10 @@ class GpuModule {
   static int run_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
     GpuModule* m = static_cast<GpuModule*>(self->impl);
     if (m->launcher_) {
+      if (std::string why = m->check_for_launcher(call); !why.empty()) {
+        std::snprintf(err, len, "%s", why.c_str());
+        return 1;
+      }
       std::lock_guard lock(m->mu_);  // the workspace is shared by this module's calls
       if (int rc = m->api_.make_current(); rc != 0) {
         std::snprintf(err, len, "%s", m->fail("cannot bind the device context", rc).c_str());
@@ -193,8 +197,13 @@ class GpuModule {
 
   static int supports_thunk(const opf_module_info* self, const opf_call* call, char* err, size_t len) {
     GpuModule* m = static_cast<GpuModule*>(self->impl);
-    if (m->launcher_)
+    if (m->launcher_) {
+      if (std::string why = m->check_for_launcher(call); !why.empty()) {
+        std::snprintf(err, len, "%s", why.c_str());
+        return 1;
+      }
       return m->launcher_->supports ? (m->launcher_->supports(&m->ctx_, call, err, len) == 0 ? 0 : 1) : 0;
+    }
     std::string why = m->check(call);
     if (why.empty()) return 0;
     std::snprintf(err, len, "%s", why.c_str());
@@ -241,6 +250,22 @@ class GpuModule {
     if (int rc = api_.alloc(&workspace_, bytes); rc != 0) return rc;
     workspace_bytes_ = bytes;
     return 0;
+  }
+
+  // An op's own launcher gets calls checked like the generic launcher's (arguments, dtype rules,
+  // symbolic shapes, the op's limits; lists too): it adds only what the manifest cannot say.
+  std::string check_for_launcher(const opf_call* c) const {
+    const EntryInfo* e = info_op_->find_entry(c->entry ? c->entry : "");
+    if (!e) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
+    opf_gpu_args a;
+    if (std::string why = gpu_make_args(*info_op_, c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
+    if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
+    if (gpu_list_mask(*e)) {
+      GpuListTable table;
+      if (std::string why = table.build(*e, c, storage_dtype(c), 1); !why.empty())
+        return op_ + "/" + backend_ + " " + c->entry + ": " + why;
+    }
+    return "";
   }
 
   // Everything run() checks before launching: "" when the call is well-formed for this module.

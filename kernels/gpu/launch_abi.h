@@ -47,7 +47,7 @@
 
 #define OPF_GPU_MAX_ARGS 12
 #define OPF_GPU_MAX_DIMS 6 /* = OPF_MAX_DIMS (abi.h) */
-#define OPF_GPU_MAX_PARAMS 8
+#define OPF_GPU_MAX_PARAMS 16
 #define OPF_GPU_MAX_STAGES 6
 #define OPF_GPU_MAX_LISTS 6
 

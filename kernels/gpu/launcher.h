@@ -13,7 +13,8 @@
  *     const opf_gpu_launcher* opf_gpu_launcher_table(void);
  * Its run/supports get a context for the op's own code object: kernels by name, launches with the
  * opf_gpu_args convention, a workspace reused across calls, and the backend's error text.
- * OPF_LAUNCH_CUDA or OPF_LAUNCH_HIP says which backend a build is for.
+ * OPF_LAUNCH_CUDA, OPF_LAUNCH_HIP or OPF_LAUNCH_EMU (the GPU emulation of gpu/tests, which runs
+ * the op's kernels on the host) says which backend a build is for.
  */
 #ifndef OPFORGE_GPU_LAUNCHER_H
 #define OPFORGE_GPU_LAUNCHER_H

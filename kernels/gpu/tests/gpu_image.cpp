@@ -147,6 +147,14 @@ std::vector<std::string> launch_problems(const ElfImage& img, const OpInfo& op) 
   std::vector<std::string> problems;
   for (const auto& entry_info : op.entries) {
     const std::string& entry = entry_info.name;
+    if (op.gpu_launcher) {  // the op's launch.cpp sizes the grids: no plans; its stage-0 kernels by name
+      for (const auto& dtype : op.dtypes) {
+        const std::string kname = detail::gpu_kernel_name(op.name, entry, dtype, 0);
+        auto f = img.symbols.find(kname);
+        if (f == img.symbols.end() || !f->second.function) problems.push_back("no kernel " + kname);
+      }
+      continue;
+    }
     const std::string pname = detail::gpu_plan_name(op.name, entry);
     auto it = img.symbols.find(pname);
     if (it == img.symbols.end() || it->second.function) {

@@ -111,19 +111,15 @@ __device__ void norms(const opf_gpu_args& a) {
 
 }  // namespace
 
-#define OPF_MULTI_TENSOR_KERNELS(T, NAME)                                                          \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_scale_##NAME(opf_gpu_args a) {    \
-    elementwise<T, false>(a);                                                                      \
-  }                                                                                                \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_axpby_##NAME(opf_gpu_args a) {    \
-    elementwise<T, true>(a);                                                                       \
-  }                                                                                                \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_l2norm_##NAME(opf_gpu_args a) {   \
-    chunk_sumsq<T>(a);                                                                             \
-  }                                                                                                \
-  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_NORM_BLOCK) multi_tensor_l2norm_##NAME##_s1(opf_gpu_args a) { \
-    norms(a);                                                                                      \
-  }
+#define OPF_MULTI_TENSOR_KERNELS(T, NAME)                                                                             \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_scale_##NAME(opf_gpu_args a) {                       \
+    elementwise<T, false>(a);                                                                                         \
+  }                                                                                                                   \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_axpby_##NAME(opf_gpu_args a) {                       \
+    elementwise<T, true>(a);                                                                                          \
+  }                                                                                                                   \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_BLOCK) multi_tensor_l2norm_##NAME(opf_gpu_args a) { chunk_sumsq<T>(a); } \
+  OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_TUNE_NORM_BLOCK) multi_tensor_l2norm_##NAME##_s1(opf_gpu_args a) { norms(a); }
 
 OPF_MULTI_TENSOR_KERNELS(float, f32)
 OPF_MULTI_TENSOR_KERNELS(opf_gpu::f16, f16)
