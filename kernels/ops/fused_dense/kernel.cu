@@ -133,8 +133,7 @@ OPF_DEVICE float dgelu(float h) {
 
 // The epilogue loop: f(m, n, value) for every stored element of this thread's register tile.
 template <class F>
-OPF_DEVICE void for_outputs(const Acc& acc, long long M, long long N, long long m0, long long n0,
-                                            F f) {
+OPF_DEVICE void for_outputs(const Acc& acc, long long M, long long N, long long m0, long long n0, F f) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   for (int i = 0; i < RM; ++i) {
     const long long m = m0 + ty + i * TY;
@@ -170,8 +169,7 @@ __device__ void lb_backward_dx(const opf_gpu_args& a) {  // dx [batch, in] = dy 
   const long long M = a.arg_shape[1][0], N = a.arg_shape[1][1], K = a.arg_shape[0][1];
   const long long m0 = (long long)blockIdx.x * TM, n0 = (long long)blockIdx.y * TN;
   Acc acc;
-  gemm_tile<false, true>(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[2]), M, N, K, m0, n0, false,
-                         acc);
+  gemm_tile<false, true>(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[2]), M, N, K, m0, n0, false, acc);
   T* dx = static_cast<T*>(a.ptr[3]);
   for_outputs(acc, M, N, m0, n0, [&](long long m, long long n, float v) { store(dx, m * N + n, v); });
 }
@@ -239,8 +237,7 @@ __device__ void lgl_backward_dh(const opf_gpu_args& a) {  // dH [batch, hid] = (
   const long long M = a.arg_shape[0][0], N = a.arg_shape[2][1], K = a.arg_shape[0][1];
   const long long m0 = (long long)blockIdx.x * TM, n0 = (long long)blockIdx.y * TN;
   Acc acc;
-  gemm_tile<false, true>(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[5]), M, N, K, m0, n0, false,
-                         acc);
+  gemm_tile<false, true>(static_cast<const T*>(a.ptr[0]), static_cast<const T*>(a.ptr[5]), M, N, K, m0, n0, false, acc);
   const T* h = static_cast<const T*>(a.ptr[2]);
   float* dh = static_cast<float*>(a.workspace);
   for_outputs(acc, M, N, m0, n0,
@@ -275,15 +272,15 @@ __device__ void lgl_backward_dx(const opf_gpu_args& a) {  // dx [batch, in] = dH
 #define OPF_FD_KERNEL(NAME, FN, T) \
   OPF_KERNEL void OPF_LAUNCH_BOUNDS(OPF_FD_BLOCK) NAME(opf_gpu_args a) { FN<T>(a); }
 
-#define OPF_FUSED_DENSE_KERNELS(SUFFIX, T)                                                      \
-  OPF_FD_KERNEL(fused_dense_linear_bias_forward_##SUFFIX, lb_forward, T)                        \
-  OPF_FD_KERNEL(fused_dense_linear_bias_backward_##SUFFIX, lb_backward_dx, T)                   \
-  OPF_FD_KERNEL(fused_dense_linear_bias_backward_##SUFFIX##_s1, lb_backward_dw, T)              \
-  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_forward_##SUFFIX, lgl_forward_h, T)              \
-  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_forward_##SUFFIX##_s1, lgl_forward_y, T)         \
-  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX, lgl_backward_dw2, T)          \
-  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX##_s1, lgl_backward_dh, T)      \
-  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX##_s2, lgl_backward_dw1, T)     \
+#define OPF_FUSED_DENSE_KERNELS(SUFFIX, T)                                                  \
+  OPF_FD_KERNEL(fused_dense_linear_bias_forward_##SUFFIX, lb_forward, T)                    \
+  OPF_FD_KERNEL(fused_dense_linear_bias_backward_##SUFFIX, lb_backward_dx, T)               \
+  OPF_FD_KERNEL(fused_dense_linear_bias_backward_##SUFFIX##_s1, lb_backward_dw, T)          \
+  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_forward_##SUFFIX, lgl_forward_h, T)          \
+  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_forward_##SUFFIX##_s1, lgl_forward_y, T)     \
+  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX, lgl_backward_dw2, T)      \
+  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX##_s1, lgl_backward_dh, T)  \
+  OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX##_s2, lgl_backward_dw1, T) \
   OPF_FD_KERNEL(fused_dense_linear_gelu_linear_backward_##SUFFIX##_s3, lgl_backward_dx, T)
 
 OPF_FUSED_DENSE_KERNELS(f32, float)

@@ -37,8 +37,8 @@ int run(const opf_gpu_launch_ctx* ctx, const opf_call* call, char* err, size_t l
     return 1;
   }
   const std::string entry = call->entry ? call->entry : "";
-  const std::string base = "fused_dense_" + entry + "_" +
-                           std::string(opf::dtype_name(opf::DType(call->args[0].tensors[0].dtype)));
+  const std::string base =
+      "fused_dense_" + entry + "_" + std::string(opf::dtype_name(opf::DType(call->args[0].tensors[0].dtype)));
   Stage st[4];
   int n = 0;
   long long ws_floats = 0;
