@@ -46,7 +46,8 @@ int do_gate(const GateArgs& a) {
     cfg.threshold = a.threshold;
     cfg.alpha = a.alpha;
     cfg.instr_threshold = a.instr_threshold;
-    if (a.timing != "gate" && a.timing != "advisory") throw Error("gate: --timing is 'gate' or 'advisory'");
+    if (a.timing != "gate" && a.timing != "advisory")
+      throw Error("--timing '" + a.timing + "': use 'gate' or 'advisory'");
     cfg.timing_gates = a.timing == "gate";
     if (!a.overrides.empty()) cfg.overrides = read_overrides(a.overrides);
     if (base.bench.empty() && base.tests.empty() && base.chakra.empty() && base.instr.empty())

@@ -145,7 +145,7 @@ void add_matrix_command(CLI::App& app) {
   auto* run = m->add_subcommand("run", "Build and test every cell of a matrix, recording results under results/runs/");
   run->add_option("file", ra->file, "matrices/<name>.toml or a plan .json");
   run->add_option("--jobs,-j", ra->jobs, "Cells at a time (the cores are shared among them)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1024));
   run->add_option("--resume", ra->resume, "Continue an interrupted run (directory or name under results/runs/)");
   run->add_option("--cell", ra->cells, "Run only this cell (id or name); repeatable");
   run->add_flag("--bench", ra->bench, "Run the benchmarks (default: the matrix's [run] bench)");

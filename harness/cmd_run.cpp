@@ -23,7 +23,7 @@ void add_run_command(CLI::App& app) {
   auto* r = app.add_subcommand(
       "run", "The main job: default matrix, suites, Chakra regression, report (and gate with --baseline)");
   r->add_option("--matrix", a->matrix, "Matrix file (default matrices/default.toml, relative to the source tree)");
-  r->add_option("--jobs,-j", a->jobs, "Cells at a time")->check(CLI::PositiveNumber);
+  r->add_option("--jobs,-j", a->jobs, "Cells at a time")->check(CLI::Range(1, 1024));
   r->add_flag("--no-bench", a->no_bench, "Skip the benchmarks");
   r->add_option("--baseline", a->baseline, "Gate the run against this baseline (run or opforge.baseline/1 file)");
   r->add_option("--out", a->out, "Run directory (default results/runs/<utc-stamp>-<host>)");

@@ -36,10 +36,23 @@ int main(int argc, char** argv) {
 #ifdef OPF_HAVE_CHAKRA
   add_chakra_command(app);
 #endif
+  // CLI11 reports a mistyped command as "A subcommand is required": name the word instead
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->check_name(argv[1]);
+    if (!known) {
+      std::fprintf(stderr, "opforge: unknown command '%s' (see --help)\n", argv[1]);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and exit 0; a usage error is bad input: one line, exit 2
+    // (CLI11's own exit prints a second "Run with --help" line and exits 105-109)
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "opforge: %s (see --help)\n", e.what());
+    return 2;
   }
   try {
     // deepest parsed subcommand with an action wins (e.g. `chakra convert`)

@@ -1,6 +1,7 @@
 #include "matrix/gate_input.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -19,6 +20,80 @@ double to_ns(double v, const std::string& unit, const std::string& origin) {
   if (unit == "ms") return v * 1e6;
   if (unit == "s") return v * 1e9;
   throw Error(origin + ": unknown time_unit '" + unit + "'");
+}
+
+// A baseline file is edited by hand (pruned, merged), so every field is checked and a wrong one is
+// named by its place ("benchmarks[3].ns[1]"): the lenient accessors would read it as 0 or empty,
+// and a gate over silently dropped numbers passes what it never compared.
+class BaselineReader {
+ public:
+  explicit BaselineReader(const std::string& path) : path_(path) {}
+  const json::Array& list(const json::Value& doc, const char* key) const {
+    const auto& v = doc.get(key);
+    if (!v.is_array()) fail(key, "missing or not an array");
+    return v.as_array();
+  }
+  std::string text(const json::Value& rec, const std::string& where, const char* key, bool required) const {
+    const auto& v = rec.get(key);
+    if (v.is_string() && !(required && v.as_string().empty())) return v.as_string();
+    if (!required && v.is_null()) return {};
+    fail(where + "." + key, required ? "missing or not a non-empty string" : "not a string");
+  }
+  double number(const json::Value& v, const std::string& where) const {
+    if (!v.is_number()) fail(where, "not a number");
+    return v.as_double();
+  }
+  [[noreturn]] void fail(const std::string& where, const std::string& problem) const {
+    throw Error(path_ + ": " + where + ": " + problem);
+  }
+
+ private:
+  std::string path_;
+};
+
+GateInput read_baseline_file(const std::string& path) {
+  GateInput in;
+  in.origin = path;
+  auto doc = json::parse_file(path);
+  if (doc.str("schema") != "opforge.baseline/1")
+    throw Error(path + ": not a run directory or an opforge.baseline/1 file");
+  BaselineReader r(path);
+  in.meta = doc.get("meta");
+  const auto& benchmarks = r.list(doc, "benchmarks");
+  for (size_t i = 0; i < benchmarks.size(); ++i) {
+    const auto& b = benchmarks[i];
+    std::string at = "benchmarks[" + std::to_string(i) + "]";
+    BenchSamples s{r.text(b, at, "cell", false), r.text(b, at, "name", true), {}, 0};
+    if (b.has("bytes_per_second")) s.bytes_per_second = r.number(b.get("bytes_per_second"), at + ".bytes_per_second");
+    const auto& ns = b.get("ns");
+    if (!ns.is_array() || ns.as_array().empty()) r.fail(at + ".ns", "missing or not a non-empty array of times");
+    for (size_t k = 0; k < ns.as_array().size(); ++k) {
+      double t = r.number(ns.as_array()[k], at + ".ns[" + std::to_string(k) + "]");
+      if (!(t > 0) || !std::isfinite(t)) r.fail(at + ".ns[" + std::to_string(k) + "]", "not a positive time");
+      s.ns.push_back(t);
+    }
+    in.bench.push_back(std::move(s));
+  }
+  const auto& tests = r.list(doc, "tests");
+  for (size_t i = 0; i < tests.size(); ++i) {
+    std::string at = "tests[" + std::to_string(i) + "]";
+    in.tests.push_back(
+        {r.text(tests[i], at, "cell", false), r.text(tests[i], at, "key", true), r.text(tests[i], at, "result", true)});
+  }
+  const auto& chakra = r.list(doc, "chakra");
+  for (size_t i = 0; i < chakra.size(); ++i) {
+    const auto& c = chakra[i];
+    std::string at = "chakra[" + std::to_string(i) + "]";
+    in.chakra.push_back({r.text(c, at, "cell", false), r.text(c, at, "trace", true), r.text(c, at, "status", true),
+                         r.text(c, at, "golden", false), c.num("seconds")});
+  }
+  const auto& instr = r.list(doc, "callgrind");
+  for (size_t i = 0; i < instr.size(); ++i) {
+    std::string at = "callgrind[" + std::to_string(i) + "]";
+    in.instr.push_back({r.text(instr[i], at, "cell", false), r.text(instr[i], at, "name", true),
+                        r.number(instr[i].get("instructions"), at + ".instructions")});
+  }
+  return in;
 }
 }  // namespace
 
@@ -118,24 +193,8 @@ GateInput read_gate_input(const std::string& path) {
     }
     return in;
   }
-  auto doc = json::parse_file(path);
-  if (doc.str("schema") != "opforge.baseline/1")
-    throw Error(path + ": not a run directory or an opforge.baseline/1 file");
-  in.meta = doc.get("meta");
-  for (const auto& b : doc.get("benchmarks").as_array()) {
-    BenchSamples s{b.str("cell"), b.str("name"), {}, b.num("bytes_per_second")};
-    for (const auto& x : b.get("ns").as_array()) s.ns.push_back(x.as_double());
-    if (s.name.empty() || s.ns.empty()) throw Error(path + ": benchmark entry without name or samples");
-    in.bench.push_back(std::move(s));
-  }
-  for (const auto& t : doc.get("tests").as_array()) in.tests.push_back({t.str("cell"), t.str("key"), t.str("result")});
-  for (const auto& c : doc.get("chakra").as_array())
-    in.chakra.push_back({c.str("cell"), c.str("trace"), c.str("status"), c.str("golden"), c.num("seconds")});
-  for (const auto& i : doc.get("callgrind").as_array())
-    in.instr.push_back({i.str("cell"), i.str("name"), i.num("instructions")});
-  return in;
+  return read_baseline_file(path);
 }
-
 json::Value baseline_json(const GateInput& in) {
   json::Value v;
   v.set("schema", "opforge.baseline/1");

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -214,12 +216,100 @@ std::string dump(const Value& v, int indent) {
   return out;
 }
 
+namespace {
+// Where a text stops being JSON, as "line L, column C" (1-based; columns count bytes). simdjson's
+// DOM parser reports what went wrong but not where, and a user fixing a hand-edited baseline
+// needs the place: this grammar walk runs only after simdjson has refused the text.
+class ErrorLocator {
+ public:
+  explicit ErrorLocator(std::string_view t) : t_(t) {}
+  std::string where() {
+    // after a whole value the trailing bytes are the problem; with none, one of simdjson's limits
+    // (number range, UTF-8) is, and the end of the text is the place named
+    if (value()) ws();
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at_ && i < t_.size(); ++i) {
+      if (t_[i] == '\n') ++line, col = 1;
+      else ++col;
+    }
+    return "line " + std::to_string(line) + ", column " + std::to_string(col);
+  }
+
+ private:
+  void ws() {
+    while (at_ < t_.size() && (t_[at_] == ' ' || t_[at_] == '\n' || t_[at_] == '\r' || t_[at_] == '\t')) ++at_;
+  }
+  bool eat(char c) {
+    ws();
+    if (at_ < t_.size() && t_[at_] == c) return ++at_, true;
+    return false;
+  }
+  bool word(std::string_view w) {
+    if (t_.substr(at_, w.size()) != w) return false;
+    at_ += w.size();
+    return true;
+  }
+  bool string() {
+    if (!eat('"')) return false;
+    while (at_ < t_.size()) {
+      unsigned char c = t_[at_];
+      if (c == '"') return ++at_, true;
+      if (c < 0x20) return false;
+      at_ += c == '\\' ? 2 : 1;
+    }
+    return false;
+  }
+  bool number() {
+    size_t start = at_;
+    if (at_ < t_.size() && t_[at_] == '-') ++at_;
+    while (at_ < t_.size() && (std::isdigit((unsigned char)t_[at_]) || std::strchr(".eE+-", t_[at_]))) ++at_;
+    return at_ > start;
+  }
+  bool value() {
+    if (++depth_ > 1024) return false;
+    ws();
+    if (at_ >= t_.size()) return false;
+    char c = t_[at_];
+    bool ok;
+    if (c == '{') ok = members();
+    else if (c == '[') ok = elements();
+    else if (c == '"') ok = string();
+    else if (c == 't') ok = word("true");
+    else if (c == 'f') ok = word("false");
+    else if (c == 'n') ok = word("null");
+    else ok = number();
+    --depth_;
+    return ok;
+  }
+  bool members() {
+    ++at_;
+    if (eat('}')) return true;
+    do {
+      if (!string() || !eat(':') || !value()) return false;
+    } while (eat(','));
+    return eat('}');
+  }
+  bool elements() {
+    ++at_;
+    if (eat(']')) return true;
+    do {
+      if (!value()) return false;
+    } while (eat(','));
+    return eat(']');
+  }
+  std::string_view t_;
+  size_t at_ = 0;
+  int depth_ = 0;
+};
+}  // namespace
+
 Value parse(std::string_view text, const std::string& origin) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(text);
   simdjson::dom::element doc;
   auto err = parser.parse(padded).get(doc);
-  if (err) throw Error(origin + ": invalid JSON (" + simdjson::error_message(err) + ")");
+  if (err)
+    throw Error(origin + ": " + ErrorLocator(text).where() + ": invalid JSON (" + simdjson::error_message(err) + ")");
   return convert(doc);
 }
 
