@@ -142,195 +142,240 @@ std::string doc_where(simdjson::error_code e, size_t length) {
   return "byte 0";
 }
 
-}  // namespace
+// The fields of one event that the classification reads; everything else is skipped unparsed.
+struct EventFields {
+  Scalar cat, name, ph, ts, dur, tid, ext, rf, corr, stream, pg;
+};
 
-KinetoTrace read_kineto_trace(const std::string& path) {
-  KinetoTrace tr;
-  tr.path = path;
-  PaddedInput in = read_padded(path);
-  if (in.length == 0) throw InputError(path, "", "empty file (expected a Kineto JSON trace)");
-  EventReader rd(path, in.data());
+// What every kept event carries, checked as the reference converts it.
+struct EventValues {
+  std::string_view cat, name;
+  PyNum ts, dur;
+  int64_t external_id = kNoExternalId;
+  int64_t correlation = -1;
+  uint32_t event = 0;
+};
 
-  od::parser parser;
+// One read of a trace: the position for error messages and the interned tids, shared by its steps.
+struct TraceReader {
+  const std::string& path;
+  const PaddedInput& in;
+  KinetoTrace& tr;
+  EventReader rd;
   od::document doc;
+  std::unordered_map<std::string, uint32_t> tid_index;
+  bool saw_events = false;
+  size_t ev = 0;
+  const char* ev_at = nullptr;
+
+  const char* loc() {
+    const char* p = nullptr;
+    if (doc.current_location().get(p)) return nullptr;
+    return p;
+  }
+
+  // Before "traceEvents" a failure is placed by byte only; inside it, by event.
+  [[noreturn]] void fail_json(simdjson::error_code e) {
+    const char* p = loc();
+    if (!saw_events) throw InputError(path, p ? "byte " + std::to_string(p - in.data()) : "", problem_of(e));
+    rd.fail(ev, p ? p : ev_at, problem_of(e));
+  }
+
+  od::object open_root(od::parser& parser);
+  void read_args(od::field& f, EventFields& fs);
+  void read_fields(od::object& obj, EventFields& fs);
+  void read_events(od::array& events);
+  void keep_event(const EventFields& fs);
+  EventValues checked_values(const EventFields& fs, std::string_view c, std::string_view nm) const;
+  uint32_t intern_tid(const Scalar& tid);
+};
+
+od::object TraceReader::open_root(od::parser& parser) {
   if (auto e = parser.iterate(in.data(), in.length, in.buf.size()).get(doc))
     throw InputError(path, doc_where(e, in.length), problem_of(e));
   od::object root;
   if (auto e = doc.get_object().get(root))
     throw InputError(path, doc_where(e, in.length),
                      e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
-  std::unordered_map<std::string, uint32_t> tid_index;
-  bool saw_events = false;
-  size_t ev = 0;
-  const char* ev_at = nullptr;
-  auto loc = [&]() -> const char* {
-    const char* p = nullptr;
-    if (doc.current_location().get(p)) return nullptr;
-    return p;
-  };
-  auto fail_json = [&](simdjson::error_code e) {
-    const char* p = loc();
-    if (!saw_events) throw InputError(path, p ? "byte " + std::to_string(p - in.data()) : "", problem_of(e));
-    rd.fail(ev, p ? p : ev_at, problem_of(e));
-  };
+  return root;
+}
 
-  for (auto field_res : root) {
-    od::field field;
-    if (auto e = std::move(field_res).get(field)) fail_json(e);
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key)) fail_json(e);
-    if (key != "traceEvents") continue;  // value skipped by the iterator
-    od::array events;
-    if (auto e = field.value().get_array().get(events)) {
-      if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "traceEvents", "is not an array");
+void TraceReader::read_args(od::field& f, EventFields& fs) {
+  od::object args;
+  if (auto e = f.value().get_object().get(args)) {
+    if (e == simdjson::INCORRECT_TYPE) return;  // non-object args: ignored like absent
+    fail_json(e);
+  }
+  for (auto a_res : args) {
+    od::field a;
+    if (auto e = std::move(a_res).get(a)) fail_json(e);
+    std::string_view ak;
+    if (auto e = a.unescaped_key().get(ak)) fail_json(e);
+    Scalar* adst = nullptr;
+    if (ak == "External id") adst = &fs.ext;
+    else if (ak == "Record function id") adst = &fs.rf;
+    else if (ak == "correlation") adst = &fs.corr;
+    else if (ak == "stream") adst = &fs.stream;
+    else if (ak == "Process Group Name") adst = &fs.pg;
+    if (adst)
+      if (auto e = rd.scalar(a.value(), *adst)) fail_json(e);
+  }
+}
+
+void TraceReader::read_fields(od::object& obj, EventFields& fs) {
+  for (auto f_res : obj) {
+    od::field f;
+    if (auto e = std::move(f_res).get(f)) fail_json(e);
+    std::string_view k;
+    if (auto e = f.unescaped_key().get(k)) fail_json(e);
+    Scalar* dst = nullptr;
+    if (k == "cat") dst = &fs.cat;
+    else if (k == "name") dst = &fs.name;
+    else if (k == "ph") dst = &fs.ph;
+    else if (k == "ts") dst = &fs.ts;
+    else if (k == "dur") dst = &fs.dur;
+    else if (k == "tid") dst = &fs.tid;
+    if (dst) {
+      if (auto e = rd.scalar(f.value(), *dst)) fail_json(e);
+      continue;
+    }
+    if (k == "args") read_args(f, fs);
+  }
+}
+
+void TraceReader::read_events(od::array& events) {
+  for (auto ev_res : events) {
+    ev_at = loc();
+    od::value evv;
+    if (auto e = std::move(ev_res).get(evv)) fail_json(e);
+    od::object obj;
+    if (auto e = evv.get_object().get(obj)) {
+      if (e == simdjson::INCORRECT_TYPE) rd.fail(ev, ev_at, "event is not a JSON object");
       fail_json(e);
     }
-    saw_events = true;
-    for (auto ev_res : events) {
-      ev_at = loc();
-      od::value evv;
-      if (auto e = std::move(ev_res).get(evv)) fail_json(e);
-      od::object obj;
-      if (auto e = evv.get_object().get(obj)) {
-        if (e == simdjson::INCORRECT_TYPE) rd.fail(ev, ev_at, "event is not a JSON object");
-        fail_json(e);
-      }
-      Scalar cat, name, ph, ts, dur, tid, ext, rf, corr, stream, pg;
-      for (auto f_res : obj) {
-        od::field f;
-        if (auto e = std::move(f_res).get(f)) fail_json(e);
-        std::string_view k;
-        if (auto e = f.unescaped_key().get(k)) fail_json(e);
-        Scalar* dst = nullptr;
-        if (k == "cat") dst = &cat;
-        else if (k == "name") dst = &name;
-        else if (k == "ph") dst = &ph;
-        else if (k == "ts") dst = &ts;
-        else if (k == "dur") dst = &dur;
-        else if (k == "tid") dst = &tid;
-        if (dst) {
-          if (auto e = rd.scalar(f.value(), *dst)) fail_json(e);
-          continue;
-        }
-        if (k != "args") continue;
-        od::object args;
-        if (auto e = f.value().get_object().get(args)) {
-          if (e == simdjson::INCORRECT_TYPE) continue;  // non-object args: ignored like absent
-          fail_json(e);
-        }
-        for (auto a_res : args) {
-          od::field a;
-          if (auto e = std::move(a_res).get(a)) fail_json(e);
-          std::string_view ak;
-          if (auto e = a.unescaped_key().get(ak)) fail_json(e);
-          Scalar* adst = nullptr;
-          if (ak == "External id") adst = &ext;
-          else if (ak == "Record function id") adst = &rf;
-          else if (ak == "correlation") adst = &corr;
-          else if (ak == "stream") adst = &stream;
-          else if (ak == "Process Group Name") adst = &pg;
-          if (adst)
-            if (auto e = rd.scalar(a.value(), *adst)) fail_json(e);
-        }
-      }
-      const std::string_view c = cat.is_string ? cat.str : std::string_view();
-      const bool cpu_cat = c == "cpu_op" || c == "user_annotation";
-      const bool rt_cat = c == "cuda_runtime" || c == "cuda_driver";
-      const bool gpu_cat = c == "kernel" || c == "gpu_memcpy";
-      if (c == "ac2g") ++tr.ac2g;
-      if (!(cpu_cat || rt_cat || gpu_cat || c == "cuda_sync")) {
-        ++ev;
-        continue;
-      }
-      if (name.present && !name.is_string) rd.fail(ev, ev_at, "\"name\" is not a string");
-      const std::string_view nm = name.str;
-      bool device_wide = false;
-      const bool profiler_step = cpu_cat && nm.find("ProfilerStep") != std::string_view::npos;
-      const bool keep_cpu = cpu_cat && !profiler_step;
-      const bool keep_launch = rt_cat && is_kernel_launch_name(nm);
-      const bool keep_sync = rt_cat && !keep_launch && is_sync_call_name(nm, device_wide);
-      if (!(keep_cpu || keep_launch || gpu_cat || keep_sync || profiler_step || c == "cuda_sync")) {
-        ++ev;
-        continue;
-      }
-      auto num = [&](const Scalar& s, const char* what) {
-        if (!s.present) return PyNum::of_int(0);  // the reference's default
-        if (!s.is_number)
-          rd.fail(ev, ev_at, std::string("\"") + what + "\" of '" + std::string(nm) + "' is not a number");
-        return s.num;
-      };
-      PyNum t = num(ts, "ts");
-      PyNum d = num(dur, "dur");
-      if (d.negative()) rd.fail(ev, ev_at, "negative \"dur\" (" + dur.json + ") on '" + std::string(nm) + "'");
-      int64_t ext_id = kNoExternalId;
-      if (ext.present && !to_int(ext, ext_id)) rd.fail(ev, ev_at, "\"External id\" " + ext.json + " is not an integer");
-      int64_t corr_id = -1;
-      if (corr.present && !corr.is_null && !to_int(corr, corr_id))
-        rd.fail(ev, ev_at, "\"correlation\" " + corr.json + " is not an integer");
-      auto tid_of = [&]() -> uint32_t {
-        std::string key = tid.present ? tid.json : std::string("0");
-        auto [it, fresh] = tid_index.emplace(key, uint32_t(tr.tids.size()));
-        if (fresh) tr.tids.push_back(key);
-        return it->second;
-      };
-      const uint32_t evi = uint32_t(ev);
-      if (profiler_step) {
-        auto end = py_add(t, d);
-        if (!tr.first_profiler_step || t < tr.first_profiler_step->first) tr.first_profiler_step = {{t, end}};
-      } else if (keep_cpu) {
-        KinetoCpuOp op;
-        op.ts = t;
-        op.dur = d;
-        op.event = evi;
-        op.tid = tid_of();
-        op.external_id = ext_id;
-        if (rf.present && !rf.is_null) {
-          if (!to_int(rf, op.rf_id)) rd.fail(ev, ev_at, "\"Record function id\" " + rf.json + " is not an integer");
-          op.has_rf_id = true;
-        }
-        op.name = tr.pool.intern(nm);
-        tr.cpu.push_back(op);
-      } else if (keep_launch) {
-        KinetoLaunch op;
-        op.ts = t;
-        op.event = evi;
-        op.tid = tid_of();
-        op.external_id = ext_id;
-        op.correlation = corr_id;
-        tr.launches.push_back(op);
-      } else if (gpu_cat) {
-        KinetoGpuOp op;
-        op.ts = t;
-        op.dur = d;
-        op.event = evi;
-        op.external_id = ext_id;
-        op.correlation = corr_id;
-        op.name = tr.pool.add(nm);
-        op.cat = tr.pool.intern(c);
-        op.ph_json = tr.pool.intern(ph.present ? std::string_view(ph.json) : std::string_view("null"));
-        op.stream_json = tr.pool.intern(stream.present ? std::string_view(stream.json) : std::string_view("null"));
-        if (pg.present && !pg.is_null) op.pg_name_json = tr.pool.intern(pg.json);
-        tr.gpu.push_back(op);
-      } else if (keep_sync) {
-        KinetoSyncCall op;
-        op.ts = t;
-        op.dur = d;
-        op.event = evi;
-        op.tid = tid_of();
-        op.external_id = ext_id;
-        op.correlation = corr_id;
-        op.device_wide = device_wide;
-        tr.sync_calls.push_back(op);
-      } else if (c == "cuda_sync") {
-        tr.sync_records.push_back({corr_id, tr.pool.intern(stream.present ? std::string_view(stream.json) : "null")});
-      }
-      ++ev;
-    }
+    EventFields fs;
+    read_fields(obj, fs);
+    keep_event(fs);
+    ++ev;
   }
-  if (!saw_events) throw InputError(path, "", "no \"traceEvents\" array (not a Kineto trace)");
-  tr.events = ev;
+}
 
-  // The reference stable-sorts all events by ts; per kind that is (ts, file order).
+EventValues TraceReader::checked_values(const EventFields& fs, std::string_view c, std::string_view nm) const {
+  auto num = [&](const Scalar& s, const char* what) {
+    if (!s.present) return PyNum::of_int(0);  // the reference's default
+    if (!s.is_number) rd.fail(ev, ev_at, std::string("\"") + what + "\" of '" + std::string(nm) + "' is not a number");
+    return s.num;
+  };
+  EventValues v;
+  v.cat = c;
+  v.name = nm;
+  v.ts = num(fs.ts, "ts");
+  v.dur = num(fs.dur, "dur");
+  if (v.dur.negative()) rd.fail(ev, ev_at, "negative \"dur\" (" + fs.dur.json + ") on '" + std::string(nm) + "'");
+  if (fs.ext.present && !to_int(fs.ext, v.external_id))
+    rd.fail(ev, ev_at, "\"External id\" " + fs.ext.json + " is not an integer");
+  if (fs.corr.present && !fs.corr.is_null && !to_int(fs.corr, v.correlation))
+    rd.fail(ev, ev_at, "\"correlation\" " + fs.corr.json + " is not an integer");
+  v.event = uint32_t(ev);
+  return v;
+}
+
+uint32_t TraceReader::intern_tid(const Scalar& tid) {
+  std::string key = tid.present ? tid.json : std::string("0");
+  auto [it, fresh] = tid_index.emplace(key, uint32_t(tr.tids.size()));
+  if (fresh) tr.tids.push_back(key);
+  return it->second;
+}
+
+KinetoCpuOp cpu_op_of(const EventValues& v, uint32_t tid) {
+  KinetoCpuOp op;
+  op.ts = v.ts;
+  op.dur = v.dur;
+  op.event = v.event;
+  op.tid = tid;
+  op.external_id = v.external_id;
+  return op;
+}
+
+KinetoLaunch launch_of(const EventValues& v, uint32_t tid) {
+  KinetoLaunch op;
+  op.ts = v.ts;
+  op.event = v.event;
+  op.tid = tid;
+  op.external_id = v.external_id;
+  op.correlation = v.correlation;
+  return op;
+}
+
+KinetoGpuOp gpu_op_of(const EventValues& v, const EventFields& fs, StringPool& pool) {
+  KinetoGpuOp op;
+  op.ts = v.ts;
+  op.dur = v.dur;
+  op.event = v.event;
+  op.external_id = v.external_id;
+  op.correlation = v.correlation;
+  op.name = pool.add(v.name);
+  op.cat = pool.intern(v.cat);
+  op.ph_json = pool.intern(fs.ph.present ? std::string_view(fs.ph.json) : std::string_view("null"));
+  op.stream_json = pool.intern(fs.stream.present ? std::string_view(fs.stream.json) : std::string_view("null"));
+  if (fs.pg.present && !fs.pg.is_null) op.pg_name_json = pool.intern(fs.pg.json);
+  return op;
+}
+
+KinetoSyncCall sync_call_of(const EventValues& v, uint32_t tid, bool device_wide) {
+  KinetoSyncCall op;
+  op.ts = v.ts;
+  op.dur = v.dur;
+  op.event = v.event;
+  op.tid = tid;
+  op.external_id = v.external_id;
+  op.correlation = v.correlation;
+  op.device_wide = device_wide;
+  return op;
+}
+
+// Classifies the event as the reference does and keeps it if the linker uses its kind.
+void TraceReader::keep_event(const EventFields& fs) {
+  const std::string_view c = fs.cat.is_string ? fs.cat.str : std::string_view();
+  const bool cpu_cat = c == "cpu_op" || c == "user_annotation";
+  const bool rt_cat = c == "cuda_runtime" || c == "cuda_driver";
+  const bool gpu_cat = c == "kernel" || c == "gpu_memcpy";
+  if (c == "ac2g") ++tr.ac2g;
+  if (!(cpu_cat || rt_cat || gpu_cat || c == "cuda_sync")) return;
+  if (fs.name.present && !fs.name.is_string) rd.fail(ev, ev_at, "\"name\" is not a string");
+  const std::string_view nm = fs.name.str;
+  bool device_wide = false;
+  const bool profiler_step = cpu_cat && nm.find("ProfilerStep") != std::string_view::npos;
+  const bool keep_cpu = cpu_cat && !profiler_step;
+  const bool keep_launch = rt_cat && is_kernel_launch_name(nm);
+  const bool keep_sync = rt_cat && !keep_launch && is_sync_call_name(nm, device_wide);
+  if (!(keep_cpu || keep_launch || gpu_cat || keep_sync || profiler_step || c == "cuda_sync")) return;
+  const EventValues v = checked_values(fs, c, nm);
+  if (profiler_step) {
+    auto end = py_add(v.ts, v.dur);
+    if (!tr.first_profiler_step || v.ts < tr.first_profiler_step->first) tr.first_profiler_step = {{v.ts, end}};
+  } else if (keep_cpu) {
+    KinetoCpuOp op = cpu_op_of(v, intern_tid(fs.tid));
+    if (fs.rf.present && !fs.rf.is_null) {
+      if (!to_int(fs.rf, op.rf_id)) rd.fail(ev, ev_at, "\"Record function id\" " + fs.rf.json + " is not an integer");
+      op.has_rf_id = true;
+    }
+    op.name = tr.pool.intern(nm);
+    tr.cpu.push_back(op);
+  } else if (keep_launch) {
+    tr.launches.push_back(launch_of(v, intern_tid(fs.tid)));
+  } else if (gpu_cat) {
+    tr.gpu.push_back(gpu_op_of(v, fs, tr.pool));
+  } else if (keep_sync) {
+    tr.sync_calls.push_back(sync_call_of(v, intern_tid(fs.tid), device_wide));
+  } else if (c == "cuda_sync") {
+    tr.sync_records.push_back(
+        {v.correlation, tr.pool.intern(fs.stream.present ? std::string_view(fs.stream.json) : "null")});
+  }
+}
+
+// The reference stable-sorts all events by ts; per kind that is (ts, file order).
+void sort_events_by_ts(KinetoTrace& tr) {
   auto by_ts = [](const auto& a, const auto& b) {
     int c = py_cmp(a.ts, b.ts);
     return c != 0 ? c < 0 : a.event < b.event;
@@ -339,7 +384,10 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   std::sort(tr.launches.begin(), tr.launches.end(), by_ts);
   std::sort(tr.gpu.begin(), tr.gpu.end(), by_ts);
   std::sort(tr.sync_calls.begin(), tr.sync_calls.end(), by_ts);
+}
 
+// GPU ops find their launch by correlation id, so it must name one launch.
+void check_unique_launch_correlations(const KinetoTrace& tr, const std::string& path) {
   std::unordered_map<int64_t, uint32_t> seen;
   seen.reserve(tr.launches.size() * 2);
   for (auto& l : tr.launches) {
@@ -350,6 +398,36 @@ KinetoTrace read_kineto_trace(const std::string& path) {
                            " on a kernel-launch event (also on event #" + std::to_string(it->second) +
                            "); each launch must have its own correlation id");
   }
+}
+
+}  // namespace
+
+KinetoTrace read_kineto_trace(const std::string& path) {
+  KinetoTrace tr;
+  tr.path = path;
+  PaddedInput in = read_padded(path);
+  if (in.length == 0) throw InputError(path, "", "empty file (expected a Kineto JSON trace)");
+  od::parser parser;
+  TraceReader reader{path, in, tr, EventReader(path, in.data())};
+  od::object root = reader.open_root(parser);
+  for (auto field_res : root) {
+    od::field field;
+    if (auto e = std::move(field_res).get(field)) reader.fail_json(e);
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key)) reader.fail_json(e);
+    if (key != "traceEvents") continue;  // value skipped by the iterator
+    od::array events;
+    if (auto e = field.value().get_array().get(events)) {
+      if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "traceEvents", "is not an array");
+      reader.fail_json(e);
+    }
+    reader.saw_events = true;
+    reader.read_events(events);
+  }
+  if (!reader.saw_events) throw InputError(path, "", "no \"traceEvents\" array (not a Kineto trace)");
+  tr.events = reader.ev;
+  sort_events_by_ts(tr);
+  check_unique_launch_correlations(tr, path);
   return tr;
 }
 
