@@ -124,13 +124,35 @@ class Converter {
     else std::fprintf(stderr, "opforge chakra: warning: %s\n", msg.c_str());
   }
   uint32_t find(int64_t id) const { return id < 0 ? kNone : index_.find(uint64_t(id)); }
+  // a node that is in the output and not removed as dangling
+  bool is_written(int64_t id) const {
+    uint32_t i = find(id);
+    return i != kNone && out_pos_[i] != kNone && !outs_[out_pos_[i]].removed;
+  }
+  // the steps of run(), in order
+  void check_metadata() const;
+  void log_metadata();
+  void index_node_ids();
+  void classify_nodes();
+  void build_child_lists();
+  void build_output_map();
   void convert_node(uint32_t i);
   void encode_deps();
   void add_sync_deps();
+  void warn_skipped_sync_deps();
+  void release_json_tree();
+  void remove_dangling_nodes();
+  std::vector<uint32_t> written_order() const;
+  void drop_ctrl_to_unwritten(const std::vector<uint32_t>& final_order);
   template <class Alive>
   void reparent_metadata_ctrl(const std::vector<uint32_t>& final_order, const Alive& alive);
+  void check_dep_ids() const;
+  void build_graph_view(const std::vector<uint32_t>& final_order);
+  void bypass_metadata(const std::vector<uint32_t>& final_order);
+  void validate();
   void write(const std::vector<uint32_t>& final_order);
   void encode_node(const Out& o, std::string& buf) const;
+  void run_simulation();
 
   const std::string& in_;
   const std::string& out_path_;
@@ -533,51 +555,46 @@ void Converter::write(const std::vector<uint32_t>& final_order) {
   if (log_.enabled()) log_.debug("Chakra execution trace writing completed.");
 }
 
-ConvertStats Converter::run() {
-  if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
-  ReadOptions ro;
-  ro.compat_reference = opt_.compat_reference;
-  ro.parser_threads = opt_.parser_threads;
-  PhaseTimer timer;
-  tr_ = read_host_et(in_, ro);
-#ifdef __GLIBC__
-  // The parser threads' batches were freed into their malloc arenas, which this thread does not
-  // allocate from: hand those pages back now, or the graph built below adds to them (-3 MB peak).
-  malloc_trim(0);
-#endif
-  timer.mark("read");
+// The GlobalMetadata written last needs all five keys with these types: fail before any node work.
+void Converter::check_metadata() const {
   const EtMetadata& m = tr_.meta;
-  {
-    const char* missing = !m.has_schema      ? "schema"
-                          : !m.has_pid       ? "pid"
-                          : !m.has_time      ? "time"
-                          : !m.has_start_ts  ? "start_ts"
-                          : !m.has_finish_ts ? "finish_ts"
-                                             : nullptr;
-    if (missing) throw InputError(in_, "top level", std::string("missing metadata key \"") + missing + "\"");
-    if (!m.pid_ok) throw InputError(in_, "\"pid\"", "must be a non-negative integer below 2^64, got " + m.pid_repr);
-    if (!m.start_ts_ok)
-      throw InputError(in_, "\"start_ts\"", "must be a non-negative integer below 2^64, got " + m.start_ts_repr);
-    if (!m.finish_ts_ok)
-      throw InputError(in_, "\"finish_ts\"", "must be a non-negative integer below 2^64, got " + m.finish_ts_repr);
-    if (!m.time_is_string) throw InputError(in_, "\"time\"", "must be a string, got " + m.time_repr);
-  }
+  const char* missing = !m.has_schema      ? "schema"
+                        : !m.has_pid       ? "pid"
+                        : !m.has_time      ? "time"
+                        : !m.has_start_ts  ? "start_ts"
+                        : !m.has_finish_ts ? "finish_ts"
+                                           : nullptr;
+  if (missing) throw InputError(in_, "top level", std::string("missing metadata key \"") + missing + "\"");
+  if (!m.pid_ok) throw InputError(in_, "\"pid\"", "must be a non-negative integer below 2^64, got " + m.pid_repr);
+  if (!m.start_ts_ok)
+    throw InputError(in_, "\"start_ts\"", "must be a non-negative integer below 2^64, got " + m.start_ts_repr);
+  if (!m.finish_ts_ok)
+    throw InputError(in_, "\"finish_ts\"", "must be a non-negative integer below 2^64, got " + m.finish_ts_repr);
+  if (!m.time_is_string) throw InputError(in_, "\"time\"", "must be a string, got " + m.time_repr);
+}
+
+void Converter::log_metadata() {
+  if (!log_.enabled()) return;
+  const EtMetadata& m = tr_.meta;
+  log_.debug("Extracting and processing node data from execution trace.");
+  std::string schema_repr;
+  py_repr_string(m.schema, schema_repr);
+  log_.debug("Parsed JSON metadata: {'schema': " + schema_repr + ", 'pid': " + m.pid_repr + ", 'time': " + m.time_repr +
+             ", 'start_ts': " + m.start_ts_repr + ", 'finish_ts': " + m.finish_ts_repr + "}");
+}
+
+void Converter::index_node_ids() {
+  const auto& nodes = tr_.nodes;
+  size_t dup = 0, first = 0;
+  if (!index_.build(
+          uint32_t(nodes.size()), [&](size_t i) { return nodes[i].id; }, &dup, &first))
+    fail_node(nodes[dup], "duplicate node id (also at byte " + std::to_string(nodes[first].offset) + ")");
+}
+
+// CPU / GPU / METADATA, plus the reference log's op counts
+void Converter::classify_nodes() {
   const auto& nodes = tr_.nodes;
   const uint32_t n = uint32_t(nodes.size());
-  stats_.json_nodes = n;
-  if (log_.enabled()) {
-    log_.debug("Extracting and processing node data from execution trace.");
-    std::string schema_repr;
-    py_repr_string(m.schema, schema_repr);
-    log_.debug("Parsed JSON metadata: {'schema': " + schema_repr + ", 'pid': " + m.pid_repr + ", 'time': " +
-               m.time_repr + ", 'start_ts': " + m.start_ts_repr + ", 'finish_ts': " + m.finish_ts_repr + "}");
-  }
-  {
-    size_t dup = 0, first = 0;
-    if (!index_.build(
-            n, [&](size_t i) { return nodes[i].id; }, &dup, &first))
-      fail_node(nodes[dup], "duplicate node id (also at byte " + std::to_string(nodes[first].offset) + ")");
-  }
   jtype_.resize(n);
   size_t cpu_ops = 0, gpu_ops = 0, rpc_ops = 0, nccl_ops = 0, root_ops = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -598,7 +615,12 @@ ConvertStats Converter::run() {
     log_.debug("nccl_op: " + std::to_string(nccl_ops));
     log_.debug("root_op: " + std::to_string(root_ops));
   }
-  // children (CSR): all children sorted by id descending (DFS push order), GPU children in JSON order
+}
+
+// children (CSR): all children sorted by id descending (DFS push order), GPU children in JSON order
+void Converter::build_child_lists() {
+  const auto& nodes = tr_.nodes;
+  const uint32_t n = uint32_t(nodes.size());
   std::vector<uint32_t> parent_of(n, kNone);
   child_begin_.assign(n + 1, 0);
   gpu_child_begin_.assign(n + 1, 0);
@@ -629,10 +651,11 @@ ConvertStats Converter::run() {
   for (uint32_t p = 0; p < n; ++p)
     std::stable_sort(child_list_.begin() + child_begin_[p], child_list_.begin() + child_begin_[p + 1],
                      [&](uint32_t a, uint32_t b) { return nodes[a].id > nodes[b].id; });
-  parent_of.clear();
-  parent_of.shrink_to_fit();
+}
 
-  // output map in the reference's insertion order (docs/chakra.md §3.3)
+// output map in the reference's insertion order (docs/chakra.md §3.3)
+void Converter::build_output_map() {
+  const uint32_t n = uint32_t(tr_.nodes.size());
   out_pos_.assign(n, kNone);
   outs_.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -640,63 +663,73 @@ ConvertStats Converter::run() {
     convert_node(i);
     for (uint32_t k = gpu_child_begin_[i]; k < gpu_child_begin_[i + 1]; ++k) convert_node(gpu_child_list_[k]);
   }
-  timer.mark("structure");
-  encode_deps();
-  add_sync_deps();
-  timer.mark("deps");
+}
+
+void Converter::warn_skipped_sync_deps() {
   if (const size_t skipped = stats_.sync_deps_missing + stats_.sync_deps_not_earlier + stats_.sync_deps_cyclic)
     warn(in_ + ": " + std::to_string(skipped) + " of " + std::to_string(skipped + stats_.sync_deps) +
          " sync_dep entries not turned into data deps (" + std::to_string(stats_.sync_deps_missing) +
          " name no written node, " + std::to_string(stats_.sync_deps_not_earlier) +
          " do not start before the waiting node, " + std::to_string(stats_.sync_deps_cyclic) + " would close a cycle)");
-  // the JSON tree is no longer needed: give its memory back before the graph view is built
+}
+
+// the JSON tree is no longer needed: give its memory back before the graph view is built
+void Converter::release_json_tree() {
   for (auto* v : {&child_begin_, &child_list_, &gpu_child_begin_, &gpu_child_list_}) std::vector<uint32_t>().swap(*v);
   std::vector<JType>().swap(jtype_);
+}
 
-  // dangling nodes: no data deps and nobody depends on them (docs/chakra.md §3.7)
-  {
-    std::vector<bool> referenced(n, false);  // by host index; deps on unknown ids fail validation later
-    for (const Out& o : outs_)
-      for (uint64_t d : o.data_deps) {
-        uint32_t i = d > uint64_t(INT64_MAX) ? kNone : find(int64_t(d));
-        if (i != kNone) referenced[i] = true;
-      }
-    std::vector<int64_t> removed;
-    for (Out& o : outs_) {
-      int64_t id = nodes[o.src].id;
-      if (o.data_deps.empty() && !referenced[o.src]) {
-        o.removed = true;
-        removed.push_back(id);
-      }
+// dangling nodes: no data deps and nobody depends on them (docs/chakra.md §3.7)
+void Converter::remove_dangling_nodes() {
+  const auto& nodes = tr_.nodes;
+  // by host index; deps on unknown ids fail validation later
+  std::vector<bool> referenced(uint32_t(nodes.size()), false);
+  for (const Out& o : outs_)
+    for (uint64_t d : o.data_deps) {
+      uint32_t i = d > uint64_t(INT64_MAX) ? kNone : find(int64_t(d));
+      if (i != kNone) referenced[i] = true;
     }
-    stats_.removed_dangling = removed.size();
-    if (log_.enabled() && !removed.empty()) {
-      log_.debug("Identified and removed " + std::to_string(removed.size()) + " dangling nodes:");
-      for (int64_t id : removed) log_.debug(" - Node ID " + std::to_string(id));
+  std::vector<int64_t> removed;
+  for (Out& o : outs_) {
+    int64_t id = nodes[o.src].id;
+    if (o.data_deps.empty() && !referenced[o.src]) {
+      o.removed = true;
+      removed.push_back(id);
     }
   }
+  stats_.removed_dangling = removed.size();
+  if (log_.enabled() && !removed.empty()) {
+    log_.debug("Identified and removed " + std::to_string(removed.size()) + " dangling nodes:");
+    for (int64_t id : removed) log_.debug(" - Node ID " + std::to_string(id));
+  }
+}
+
+// output positions of the nodes that are written, map order
+std::vector<uint32_t> Converter::written_order() const {
   std::vector<uint32_t> final_order;
   final_order.reserve(outs_.size());
   for (uint32_t k = 0; k < outs_.size(); ++k)
     if (!outs_[k].removed) final_order.push_back(k);
-  auto alive = [&](int64_t id) {
-    uint32_t i = find(id);
-    return i != kNone && out_pos_[i] != kNone && !outs_[out_pos_[i]].removed;
-  };
-  if (!opt_.compat_reference) {
-    // fix: no ctrl dep to a node that is not written (the removed process root, typically)
-    for (uint32_t k : final_order) {
-      Out& o = outs_[k];
-      if (o.has_ctrl && !alive(o.ctrl)) o.has_ctrl = false;
-    }
+  return final_order;
+}
+
+// default-mode fix: no ctrl dep to a node that is not written (the removed process root, typically)
+void Converter::drop_ctrl_to_unwritten(const std::vector<uint32_t>& final_order) {
+  for (uint32_t k : final_order) {
+    Out& o = outs_[k];
+    if (o.has_ctrl && !is_written(o.ctrl)) o.has_ctrl = false;
   }
+}
 
-  if (!opt_.compat_reference) reparent_metadata_ctrl(final_order, alive);
-
-  // validate before writing; the same graph view feeds the simulator
+void Converter::check_dep_ids() const {
   for (const Out& o : outs_)
     for (uint64_t d : o.data_deps)
-      if (int64_t(d) < 0) fail_node(nodes[o.src], "negative dependency id " + std::to_string(int64_t(d)));
+      if (int64_t(d) < 0) fail_node(tr_.nodes[o.src], "negative dependency id " + std::to_string(int64_t(d)));
+}
+
+// the written nodes as the validator and the simulator see them; graph_ takes over the data deps
+void Converter::build_graph_view(const std::vector<uint32_t>& final_order) {
+  const auto& nodes = tr_.nodes;
   std::vector<EtNode>& graph = graph_;
   graph.resize(final_order.size());
   for (size_t j = 0; j < final_order.size(); ++j) {
@@ -708,8 +741,8 @@ ConvertStats Converter::run() {
     g.name = x.name;
     g.data_deps = std::move(o.data_deps);
     // ctrl_deps stay empty here (one 32-byte allocation per node): the only ctrl dep a node has
-    // is to a written node in the default mode (see above), and the validator's ctrl check is a
-    // warning, which the converter ignores, in compat mode. The writer uses o.ctrl.
+    // is to a written node in the default mode (see drop_ctrl_to_unwritten), and the validator's
+    // ctrl check is a warning, which the converter ignores, in compat mode. The writer uses o.ctrl.
     g.duration = uint64_t(x.name.find("Optimizer.step") != std::string_view::npos ? 0 : x.duration);
     g.is_cpu = !x.is_gpu;
     g.has_stream = !x.stream_null;
@@ -717,31 +750,78 @@ ConvertStats Converter::run() {
     g.has_tid = true;
     g.tid = x.attr[kTid];
   }
-  if (!opt_.compat_reference) {
-    std::vector<bool> is_metadata(graph.size());
-    for (size_t j = 0; j < final_order.size(); ++j)
-      is_metadata[j] = outs_[final_order[j]].type == ChakraProtoMsg::METADATA_NODE;
-    stats_.metadata_bypassed = bypass_metadata_data_deps(graph, is_metadata);
-  }
+}
+
+// default mode: data deps on METADATA nodes move to their parents (metadata_deps.h)
+void Converter::bypass_metadata(const std::vector<uint32_t>& final_order) {
+  std::vector<bool> is_metadata(graph_.size());
+  for (size_t j = 0; j < final_order.size(); ++j)
+    is_metadata[j] = outs_[final_order[j]].type == ChakraProtoMsg::METADATA_NODE;
+  stats_.metadata_bypassed = bypass_metadata_data_deps(graph_, is_metadata);
+}
+
+// the first error stops the conversion before anything is written
+void Converter::validate() {
   ValidateOptions vo;
   vo.ctrl_dangling_is_error = !opt_.compat_reference;
-  for (const Issue& is : validate_graph(graph, vo)) {
+  for (const Issue& is : validate_graph(graph_, vo)) {
     if (!is.error) continue;
     if (log_.enabled()) log_.line_error(is.where + ": " + is.problem);
     throw InputError(in_, is.where, is.problem);
   }
+}
+
+void Converter::run_simulation() {
+  if (log_.enabled()) log_.debug("Simulating execution of Chakra nodes based on data dependencies.");
+  simulate(graph_, [&](const std::string& line) {
+    if (log_.enabled()) log_.debug(line);
+    else if (opt_.sim_line) opt_.sim_line(line);
+    else std::printf("%s\n", line.c_str());
+  });
+}
+
+ConvertStats Converter::run() {
+  if (log_.enabled()) log_.debug("Loading Chakra host + device execution traces in JSON format from file: " + in_);
+  ReadOptions ro;
+  ro.compat_reference = opt_.compat_reference;
+  ro.parser_threads = opt_.parser_threads;
+  PhaseTimer timer;
+  tr_ = read_host_et(in_, ro);
+#ifdef __GLIBC__
+  // The parser threads' batches were freed into their malloc arenas, which this thread does not
+  // allocate from: hand those pages back now, or the graph built below adds to them (-3 MB peak).
+  malloc_trim(0);
+#endif
+  timer.mark("read");
+  check_metadata();
+  stats_.json_nodes = uint32_t(tr_.nodes.size());
+  log_metadata();
+  index_node_ids();
+  classify_nodes();
+  build_child_lists();
+  build_output_map();
+  timer.mark("structure");
+  encode_deps();
+  add_sync_deps();
+  timer.mark("deps");
+  warn_skipped_sync_deps();
+  release_json_tree();
+
+  remove_dangling_nodes();
+  const std::vector<uint32_t> final_order = written_order();
+  if (!opt_.compat_reference) drop_ctrl_to_unwritten(final_order);
+  if (!opt_.compat_reference) reparent_metadata_ctrl(final_order, [this](int64_t id) { return is_written(id); });
+
+  // validate before writing; the same graph view feeds the simulator
+  check_dep_ids();
+  build_graph_view(final_order);
+  if (!opt_.compat_reference) bypass_metadata(final_order);
+  validate();
   timer.mark("validate");
   write(final_order);
   timer.mark("write");
   stats_.written_nodes = final_order.size();
-  if (opt_.simulate) {
-    if (log_.enabled()) log_.debug("Simulating execution of Chakra nodes based on data dependencies.");
-    simulate(graph, [&](const std::string& line) {
-      if (log_.enabled()) log_.debug(line);
-      else if (opt_.sim_line) opt_.sim_line(line);
-      else std::printf("%s\n", line.c_str());
-    });
-  }
+  if (opt_.simulate) run_simulation();
   if (log_.enabled()) log_.info("Conversion successful. Output file is available at " + out_path_ + ".");
   return stats_;
 }

@@ -346,131 +346,109 @@ struct NodeReader {
     }
   }
 
-  void parse(const JsonStream::Span& sp, size_t index) {
-    HostNode n;
-    n.offset = sp.offset;
+  // the required keys seen so far, and the two places a pg_name can come from
+  struct NodeKeys {
     bool got_id = false, got_name = false, got_parent = false, got_in = false, got_out = false;
     std::string_view pg_top, pg_attr;
     bool pg_attr_set = false;
-    has_types = false;
-    values_is_list = false;
-    sizes.clear();
-    types.clear();
-    try {
-      od::document doc;
-      auto e = parser.iterate(simdjson::padded_string_view(sp.data, sp.size, sp.capacity)).get(doc);
-      check(e, "node");
-      od::object obj;
-      check(doc.get_object().get(obj), "node must be a JSON object");
-      for (auto f : obj) {
-        std::string_view k;
-        check(f.unescaped_key().get(k), "key");
-        od::value v;
-        check(f.value().get(v), "value");
-        if (k == "id") {
-          n.id = get_int(v, "id");
-          got_id = true;
-        } else if (k == "name") {
-          n.name = pool.intern_p(get_str(v, "name"));
-          got_name = true;
-        } else if (k == (flat ? "parent" : "ctrl_deps")) {
-          got_parent = true;
-          if (is_null(v)) n.has_parent = false;
-          else n.parent = get_int(v, flat ? "parent" : "ctrl_deps"), n.has_parent = true;
-        } else if (!flat && k == "inputs") {
-          read_io(v, true);
-          got_in = true;
-        } else if (!flat && k == "outputs") {
-          read_io(v, false);
-          got_out = true;
-        } else if (!flat && k == "attrs") {
-          read_attrs(n, v, pg_attr, pg_attr_set);
-        } else if (k == "exclusive_dur") {
-          od::json_type t{};
-          check(v.type().get(t), "exclusive_dur");
-          if (t == od::json_type::null) continue;
-          double d = 0;
-          if (t != od::json_type::number) problem("exclusive_dur must be a number");
-          check(v.get_double().get(d), "exclusive_dur");
-          if (d < 0 && std::trunc(d) != 0) n.duration_negative = true;
-          if (!(d < 9.2e18)) problem("exclusive_dur is out of range: " + std::string(v.raw_json_token()));
-          n.duration = int64_t(d);  // int() truncation
-        } else if (k == "inter_thread_dep") {
-          if (is_null(v)) n.has_inter_thread_dep = false;
-          else n.inter_thread_dep = get_int(v, "inter_thread_dep"), n.has_inter_thread_dep = true;
-        } else if (k == "sync_dep") {
-          od::array arr;
-          if (is_null(v)) continue;
-          check(v.get_array().get(arr), "sync_dep must be an array");
-          for (auto x : arr) {
-            od::value xv;
-            check(x.get(xv), "sync_dep");
-            n.sync_deps.push_back(get_int(xv, "sync_dep element"));
-          }
-        } else if (k == "ts") {
-          // only the default mode's sync-dep ordering reads it; anything but a number is "absent"
-          double t = 0;
-          n.has_ts = !v.get_double().get(t) && std::isfinite(t);
-          n.ts = t;
-        } else if (k == "cat") {
-          n.is_gpu = !is_null(v);
-        } else if (k == "stream") {
-          if (is_null(v)) n.stream_null = true;
-          else n.stream = get_int(v, "stream"), n.stream_null = false;
-        } else if (k == "pg_name") {
-          pg_top = is_null(v) ? std::string_view{} : pool.intern(get_str(v, "pg_name"));
-        } else if (flat) {
-          if (k == "inputs") {
-            s_values.clear();
-            render_values(v, s_values, sizes, values_is_list);
-            got_in = true;
-          } else if (k == "input_shapes") {
-            render(v, s_shapes, "input_shapes");
-          } else if (k == "input_types") {
-            read_types(v);
-          } else if (k == "outputs") {
-            render(v, o_values, "outputs");
-            got_out = true;
-          } else if (k == "output_shapes") {
-            render(v, o_shapes, "output_shapes");
-          } else if (k == "output_types") {
-            render(v, o_types, "output_types");
-          } else {
-            set_attr(n, k, v, nullptr, nullptr, nullptr);
-          }
-        }
-      }
-    } catch (const NodeProblem& p) {
-      std::string where = "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]";
-      if (got_id) where += ", id " + std::to_string(n.id);
-      where += ")";
-      throw InputError(path, where, p.what);
-    } catch (const simdjson::simdjson_error& e) {
-      std::string where = "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]";
-      if (got_id) where += ", id " + std::to_string(n.id);
-      where += ")";
-      throw InputError(path, where, sj_message(e.error()));
+  };
+
+  // the node's location in errors; the id once it has been read
+  static std::string node_where(const JsonStream::Span& sp, size_t index, bool got_id, int64_t id) {
+    return "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]" +
+           (got_id ? ", id " + std::to_string(id) : std::string()) + ")";
+  }
+
+  void read_exclusive_dur(HostNode& n, od::value v) {
+    od::json_type t{};
+    check(v.type().get(t), "exclusive_dur");
+    if (t == od::json_type::null) return;
+    double d = 0;
+    if (t != od::json_type::number) problem("exclusive_dur must be a number");
+    check(v.get_double().get(d), "exclusive_dur");
+    if (d < 0 && std::trunc(d) != 0) n.duration_negative = true;
+    if (!(d < 9.2e18)) problem("exclusive_dur is out of range: " + std::string(v.raw_json_token()));
+    n.duration = int64_t(d);  // int() truncation
+  }
+
+  void read_sync_deps(HostNode& n, od::value v) {
+    od::array arr;
+    if (is_null(v)) return;
+    check(v.get_array().get(arr), "sync_dep must be an array");
+    for (auto x : arr) {
+      od::value xv;
+      check(x.get(xv), "sync_dep");
+      n.sync_deps.push_back(get_int(xv, "sync_dep element"));
     }
-    auto where = [&] {
-      return "byte " + std::to_string(sp.offset) + " (nodes[" + std::to_string(index) + "]" +
-             (got_id ? ", id " + std::to_string(n.id) : std::string()) + ")";
-    };
-    const char* missing = !got_id       ? "id"
-                          : !got_name   ? "name"
-                          : !got_parent ? (flat ? "parent" : "ctrl_deps")
-                          : !got_in     ? "inputs"
-                          : !got_out    ? "outputs"
-                                        : nullptr;
-    if (missing) throw InputError(path, where(), std::string("node lacks required key \"") + missing + "\"");
-    if (n.id < 0) throw InputError(path, where(), "negative node id " + std::to_string(n.id));
-    n.pg_name = pool.intern_p(pg_attr_set ? pg_attr : pg_top);
-    n.in_values = keep(s_values, s_values.size() <= 16);
-    n.in_shapes = keep(s_shapes, true);
-    n.in_types = keep(s_types, true);
-    n.out_values = keep(o_values, o_values.size() <= 16);
-    n.out_shapes = keep(o_shapes, true);
-    n.out_types = keep(o_types, true);
-    // comm_size (docs/chakra.md §3.4): zip(values, types), only "Tensor" types count.
+  }
+
+  // 1.0.1 keeps inputs, shapes and types in separate top-level keys, and attributes at the top level
+  void read_flat_member(HostNode& n, std::string_view k, od::value v, NodeKeys& keys) {
+    if (k == "inputs") {
+      s_values.clear();
+      render_values(v, s_values, sizes, values_is_list);
+      keys.got_in = true;
+    } else if (k == "input_shapes") {
+      render(v, s_shapes, "input_shapes");
+    } else if (k == "input_types") {
+      read_types(v);
+    } else if (k == "outputs") {
+      render(v, o_values, "outputs");
+      keys.got_out = true;
+    } else if (k == "output_shapes") {
+      render(v, o_shapes, "output_shapes");
+    } else if (k == "output_types") {
+      render(v, o_types, "output_types");
+    } else {
+      set_attr(n, k, v, nullptr, nullptr, nullptr);
+    }
+  }
+
+  void read_member(HostNode& n, std::string_view k, od::value v, NodeKeys& keys) {
+    if (k == "id") {
+      n.id = get_int(v, "id");
+      keys.got_id = true;
+    } else if (k == "name") {
+      n.name = pool.intern_p(get_str(v, "name"));
+      keys.got_name = true;
+    } else if (k == (flat ? "parent" : "ctrl_deps")) {
+      keys.got_parent = true;
+      if (is_null(v)) n.has_parent = false;
+      else n.parent = get_int(v, flat ? "parent" : "ctrl_deps"), n.has_parent = true;
+    } else if (!flat && k == "inputs") {
+      read_io(v, true);
+      keys.got_in = true;
+    } else if (!flat && k == "outputs") {
+      read_io(v, false);
+      keys.got_out = true;
+    } else if (!flat && k == "attrs") {
+      read_attrs(n, v, keys.pg_attr, keys.pg_attr_set);
+    } else if (k == "exclusive_dur") {
+      read_exclusive_dur(n, v);
+    } else if (k == "inter_thread_dep") {
+      if (is_null(v)) n.has_inter_thread_dep = false;
+      else n.inter_thread_dep = get_int(v, "inter_thread_dep"), n.has_inter_thread_dep = true;
+    } else if (k == "sync_dep") {
+      read_sync_deps(n, v);
+    } else if (k == "ts") {
+      // only the default mode's sync-dep ordering reads it; anything but a number is "absent"
+      double t = 0;
+      n.has_ts = !v.get_double().get(t) && std::isfinite(t);
+      n.ts = t;
+    } else if (k == "cat") {
+      n.is_gpu = !is_null(v);
+    } else if (k == "stream") {
+      if (is_null(v)) n.stream_null = true;
+      else n.stream = get_int(v, "stream"), n.stream_null = false;
+    } else if (k == "pg_name") {
+      keys.pg_top = is_null(v) ? std::string_view{} : pool.intern(get_str(v, "pg_name"));
+    } else if (flat) {
+      read_flat_member(n, k, v, keys);
+    }
+  }
+
+  // comm_size (docs/chakra.md §3.4): zip(values, types), only "Tensor" types count.
+  void compute_comm_size(HostNode& n) const {
     __int128 total = 0;
     bool ok = values_is_list;
     size_t m = std::min(sizes.size(), types.size());
@@ -488,12 +466,68 @@ struct NodeReader {
     if (total > __int128(INT64_MAX) || total < __int128(INT64_MIN)) ok = false;
     n.comm_size_ok = ok;
     n.comm_size = ok ? int64_t(total) : 0;
+  }
+
+  // the rendered inputs/outputs move into the string pool, which outlives this reader
+  void keep_rendered_io(HostNode& n) {
+    n.in_values = keep(s_values, s_values.size() <= 16);
+    n.in_shapes = keep(s_shapes, true);
+    n.in_types = keep(s_types, true);
+    n.out_values = keep(o_values, o_values.size() <= 16);
+    n.out_shapes = keep(o_shapes, true);
+    n.out_types = keep(o_types, true);
+  }
+
+  void clear_rendered_io() {
     s_values.clear();
     s_shapes.clear();
     s_types.clear();
     o_values.clear();
     o_shapes.clear();
     o_types.clear();
+  }
+
+  void parse(const JsonStream::Span& sp, size_t index) {
+    HostNode n;
+    n.offset = sp.offset;
+    NodeKeys keys;
+    has_types = false;
+    values_is_list = false;
+    sizes.clear();
+    types.clear();
+    try {
+      od::document doc;
+      auto e = parser.iterate(simdjson::padded_string_view(sp.data, sp.size, sp.capacity)).get(doc);
+      check(e, "node");
+      od::object obj;
+      check(doc.get_object().get(obj), "node must be a JSON object");
+      for (auto f : obj) {
+        std::string_view k;
+        check(f.unescaped_key().get(k), "key");
+        od::value v;
+        check(f.value().get(v), "value");
+        read_member(n, k, v, keys);
+      }
+    } catch (const NodeProblem& p) {
+      throw InputError(path, node_where(sp, index, keys.got_id, n.id), p.what);
+    } catch (const simdjson::simdjson_error& e) {
+      throw InputError(path, node_where(sp, index, keys.got_id, n.id), sj_message(e.error()));
+    }
+    const char* missing = !keys.got_id       ? "id"
+                          : !keys.got_name   ? "name"
+                          : !keys.got_parent ? (flat ? "parent" : "ctrl_deps")
+                          : !keys.got_in     ? "inputs"
+                          : !keys.got_out    ? "outputs"
+                                             : nullptr;
+    if (missing)
+      throw InputError(path, node_where(sp, index, keys.got_id, n.id),
+                       std::string("node lacks required key \"") + missing + "\"");
+    if (n.id < 0)
+      throw InputError(path, node_where(sp, index, keys.got_id, n.id), "negative node id " + std::to_string(n.id));
+    n.pg_name = pool.intern_p(keys.pg_attr_set ? keys.pg_attr : keys.pg_top);
+    keep_rendered_io(n);
+    compute_comm_size(n);
+    clear_rendered_io();
     out.push_back(std::move(n));
   }
 };
@@ -616,6 +650,96 @@ class BatchParser {
   std::atomic<bool> failed_{false};
 };
 
+namespace {
+
+unsigned parser_worker_count(const ReadOptions& opt) {
+  unsigned workers =
+      opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));  // tuning/benchmarks
+  return workers;
+}
+
+// The schema decides how nodes parse, so it must be known at the first node (offset: its byte).
+EtSchema resolve_schema(const std::string& path, const EtMetadata& meta, uint64_t offset, const ReadOptions& opt) {
+  const std::string& s = meta.schema;
+  if (!meta.has_schema)
+    throw InputError(path, "byte " + std::to_string(offset),
+                     "no \"schema\" before the first node (missing schema key)");
+  bool ok004 = false;
+  for (auto* v : kSupported004) ok004 |= s == v;
+  if (ok004) return EtSchema::chakra_0_0_4;
+  if (s == "1.0.1" && !opt.compat_reference) return EtSchema::v1_0_1;
+  if (s == "1.1.1-chakra.1.0.0" && !opt.compat_reference) return EtSchema::chakra_1_0_0;
+  throw InputError(
+      path, "\"schema\"",
+      "unsupported schema version '" + s + "' (supported: 1.0.2/1.0.3/1.1.0/1.1.1-chakra.0.0.4" +
+          std::string(
+              opt.compat_reference
+                  ? "; --compat reference also rejects 1.0.1 and 1.1.1-chakra.1.0.0 like the reference converter)"
+                  : ", 1.0.1, 1.1.1-chakra.1.0.0)"));
+}
+
+// One top-level member other than "nodes": the five metadata keys are kept (with their Python
+// repr for the converter's log), anything else is ignored.
+void read_metadata_member(od::parser& mparser, EtMetadata& meta, const std::string& path, std::string_view key,
+                          const JsonStream::Span& sp) {
+  auto bad = [&](const std::string& p) {
+    throw InputError(path, "byte " + std::to_string(sp.offset) + " (\"" + std::string(key) + "\")", p);
+  };
+  bool is_meta = key == "schema" || key == "pid" || key == "time" || key == "start_ts" || key == "finish_ts";
+  if (!is_meta) return;
+  // wrap so that scalars parse as array items
+  std::string wrapped;
+  wrapped.reserve(sp.size + 2);
+  wrapped.push_back('[');
+  wrapped.append(sp.data, sp.size);
+  wrapped.push_back(']');
+  simdjson::padded_string ps(wrapped);
+  od::document doc;
+  if (mparser.iterate(ps).get(doc)) bad("invalid JSON value");
+  od::array arr;
+  if (doc.get_array().get(arr)) bad("invalid JSON value");
+  for (auto el : arr) {
+    od::value v;
+    if (auto e = el.get(v)) bad(sj_message(e));
+    std::string repr;
+    if (auto e = py_repr_json(v, repr)) bad(sj_message(e));
+    if (key == "schema") {
+      std::string_view s;
+      if (v.get_string().get(s)) bad("schema must be a string");
+      meta.schema = std::string(s);
+      meta.has_schema = true;
+      continue;
+    }
+    if (key == "time") {
+      meta.time_repr = repr;
+      meta.has_time = true;
+      std::string_view s;
+      meta.time_is_string = !v.get_string().get(s);
+      if (meta.time_is_string) meta.time = std::string(s);
+      continue;
+    }
+    uint64_t u = 0;
+    bool ok = !v.get_uint64().get(u);
+    if (key == "pid") meta.pid_repr = repr, meta.has_pid = true, meta.pid = u, meta.pid_ok = ok;
+    if (key == "start_ts")
+      meta.start_ts_repr = repr, meta.has_start_ts = true, meta.start_ts = u, meta.start_ts_ok = ok;
+    if (key == "finish_ts")
+      meta.finish_ts_repr = repr, meta.has_finish_ts = true, meta.finish_ts = u, meta.finish_ts_ok = ok;
+  }
+}
+
+// OPF_CHAKRA_PROFILE: the calling thread's share of the read, for tuning the split
+void report_split_cpu_time() {
+  if (!std::getenv("OPF_CHAKRA_PROFILE")) return;
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  std::fprintf(stderr, "[chakra] split (main thread: inflate + split + copy) %.1f ms cpu\n",
+               ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
+}
+
+}  // namespace
+
 HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   HostTrace tr;
   tr.path = path;
@@ -623,81 +747,16 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
   JsonStream js(src);
   od::parser mparser;
   std::unique_ptr<BatchParser> batches;
-  unsigned workers =
-      opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
-  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));  // tuning/benchmarks
+  const unsigned workers = parser_worker_count(opt);
   bool schema_checked = false;
   auto check_schema = [&](uint64_t offset) {
     if (schema_checked) return;
     schema_checked = true;
-    const std::string& s = tr.meta.schema;
-    if (!tr.meta.has_schema)
-      throw InputError(path, "byte " + std::to_string(offset),
-                       "no \"schema\" before the first node (missing schema key)");
-    bool ok004 = false;
-    for (auto* v : kSupported004) ok004 |= s == v;
-    if (ok004) {
-      tr.schema = EtSchema::chakra_0_0_4;
-    } else if (s == "1.0.1" && !opt.compat_reference) {
-      tr.schema = EtSchema::v1_0_1;
-    } else if (s == "1.1.1-chakra.1.0.0" && !opt.compat_reference) {
-      tr.schema = EtSchema::chakra_1_0_0;
-    } else {
-      throw InputError(
-          path, "\"schema\"",
-          "unsupported schema version '" + s + "' (supported: 1.0.2/1.0.3/1.1.0/1.1.1-chakra.0.0.4" +
-              std::string(
-                  opt.compat_reference
-                      ? "; --compat reference also rejects 1.0.1 and 1.1.1-chakra.1.0.0 like the reference converter)"
-                      : ", 1.0.1, 1.1.1-chakra.1.0.0)"));
-    }
+    tr.schema = resolve_schema(path, tr.meta, offset, opt);
     batches = std::make_unique<BatchParser>(tr, tr.schema == EtSchema::v1_0_1, workers);
   };
   auto on_member = [&](std::string_view key, const JsonStream::Span& sp) {
-    auto bad = [&](const std::string& p) {
-      throw InputError(path, "byte " + std::to_string(sp.offset) + " (\"" + std::string(key) + "\")", p);
-    };
-    bool is_meta = key == "schema" || key == "pid" || key == "time" || key == "start_ts" || key == "finish_ts";
-    if (!is_meta) return;
-    // wrap so that scalars parse as array items
-    std::string wrapped;
-    wrapped.reserve(sp.size + 2);
-    wrapped.push_back('[');
-    wrapped.append(sp.data, sp.size);
-    wrapped.push_back(']');
-    simdjson::padded_string ps(wrapped);
-    od::document doc;
-    if (mparser.iterate(ps).get(doc)) bad("invalid JSON value");
-    od::array arr;
-    if (doc.get_array().get(arr)) bad("invalid JSON value");
-    for (auto el : arr) {
-      od::value v;
-      if (auto e = el.get(v)) bad(sj_message(e));
-      std::string repr;
-      if (auto e = py_repr_json(v, repr)) bad(sj_message(e));
-      if (key == "schema") {
-        std::string_view s;
-        if (v.get_string().get(s)) bad("schema must be a string");
-        tr.meta.schema = std::string(s);
-        tr.meta.has_schema = true;
-        continue;
-      }
-      if (key == "time") {
-        tr.meta.time_repr = repr;
-        tr.meta.has_time = true;
-        std::string_view s;
-        tr.meta.time_is_string = !v.get_string().get(s);
-        if (tr.meta.time_is_string) tr.meta.time = std::string(s);
-        continue;
-      }
-      uint64_t u = 0;
-      bool ok = !v.get_uint64().get(u);
-      if (key == "pid") tr.meta.pid_repr = repr, tr.meta.has_pid = true, tr.meta.pid = u, tr.meta.pid_ok = ok;
-      if (key == "start_ts")
-        tr.meta.start_ts_repr = repr, tr.meta.has_start_ts = true, tr.meta.start_ts = u, tr.meta.start_ts_ok = ok;
-      if (key == "finish_ts")
-        tr.meta.finish_ts_repr = repr, tr.meta.has_finish_ts = true, tr.meta.finish_ts = u, tr.meta.finish_ts_ok = ok;
-    }
+    read_metadata_member(mparser, tr.meta, path, key, sp);
   };
   bool saw_nodes = false;
   auto on_node = [&](const JsonStream::Span& sp, size_t index) {
@@ -713,12 +772,7 @@ HostTrace read_host_et(const std::string& path, const ReadOptions& opt) {
     if (batches) batches->finish();
     std::rethrow_exception(structural);
   }
-  if (std::getenv("OPF_CHAKRA_PROFILE")) {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    std::fprintf(stderr, "[chakra] split (main thread: inflate + split + copy) %.1f ms cpu\n",
-                 ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
-  }
+  report_split_cpu_time();
   if (batches) batches->finish();
   if (!saw_nodes && !tr.meta.has_schema)
     throw InputError(path, "byte 0", "not a PyTorch execution trace (no \"schema\" and no \"nodes\")");

@@ -18,38 +18,84 @@ bool is_et_root_name(std::string_view n) {
          n == "[pytorch|profiler|execution_graph|process]" || n == "[pytorch|profiler|execution_graph|thread]";
 }
 
-ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path, int64_t times) {
-  if (times < 1) throw InputError(in_path, "", "replication factor must be >= 1");
-  HostEtIndex h = index_host_et(in_path);
-  ScaleStats st;
-  st.input_nodes = h.nodes.size();
-  int64_t max_id = 0, max_rf = 0;
+namespace {
+
+// Which nodes are copied and how far each copy's ids move: copy k adds k * stride to ids (and
+// k * rf_stride to rf_ids), so that no two copies share one; ET roots are written once.
+struct ScalePlan {
   std::unordered_set<int64_t> root_ids;
+  int64_t stride = 1, rf_stride = 1;
+  size_t first_body = 0;  // roots before this index stay in front, the others go after the copies
+};
+
+ScalePlan plan_scaling(const HostEtIndex& h) {
+  ScalePlan p;
+  int64_t max_id = 0, max_rf = 0;
   for (auto& n : h.nodes) {
     max_id = std::max(max_id, n.id);
     if (n.has_rf_id) max_rf = std::max(max_rf, n.rf_id);
-    if (is_et_root_name(n.name)) root_ids.insert(n.id);
+    if (is_et_root_name(n.name)) p.root_ids.insert(n.id);
   }
-  st.root_nodes = root_ids.size();
-  const int64_t stride = max_id + 1, rf_stride = max_rf + 1;
-  // roots before the first replicated node stay in front, the others go after the copies
-  size_t first_body = h.nodes.size();
+  p.stride = max_id + 1;
+  p.rf_stride = max_rf + 1;
+  p.first_body = h.nodes.size();
   for (size_t i = 0; i < h.nodes.size(); ++i)
-    if (!root_ids.count(h.nodes[i].id)) {
-      first_body = i;
+    if (!p.root_ids.count(h.nodes[i].id)) {
+      p.first_body = i;
       break;
     }
+  return p;
+}
 
-  AtomicOutput out(out_path);
+// Writes the scaled document; node objects are re-serialized member by member (key order kept)
+// with ids, parents and rf_ids shifted for copy k.
+struct ScaledWriter {
+  const HostEtIndex& h;
+  const std::string& in_path;
+  const ScalePlan& plan;
+  AtomicOutput& out;
+  ScaleStats& st;
   std::string buf;
   dom::parser parser;
   bool first_node = true;
-  auto emit = [&](const HostNodeIndex& n, int64_t k) {
+
+  ScaledWriter(const HostEtIndex& h_, const std::string& in_path_, const ScalePlan& plan_, AtomicOutput& out_,
+               ScaleStats& st_)
+      : h(h_), in_path(in_path_), plan(plan_), out(out_), st(st_) {}
+
+  // an "attrs" array with the rf_id attribute's value shifted
+  void write_attrs(dom::array attrs, const HostNodeIndex& n, int64_t k) {
+    buf.push_back('[');
+    bool fa = true;
+    for (auto a : attrs) {
+      if (!fa) buf += ", ";
+      fa = false;
+      std::string_view an;
+      if (a.is_object() && !a["name"].get(an) && an == "rf_id" && n.has_rf_id) {
+        buf.push_back('{');
+        bool fo = true;
+        for (auto af : dom::object(a)) {
+          if (!fo) buf += ", ";
+          fo = false;
+          py_json_string(af.key, buf);
+          buf += ": ";
+          if (std::string_view(af.key) == "value") buf += std::to_string(n.rf_id + k * plan.rf_stride);
+          else py_json_element_compact(af.value, buf);
+        }
+        buf.push_back('}');
+      } else {
+        py_json_element_compact(a, buf);
+      }
+    }
+    buf.push_back(']');
+  }
+
+  void write_node(const HostNodeIndex& n, int64_t k) {
     dom::element el;
     if (auto e = parser.parse(h.text.data() + n.begin, n.length, false).get(el))
       throw InputError(in_path, "node id " + std::to_string(n.id), simdjson::error_message(e));
-    const bool root = root_ids.count(n.id) > 0;
-    const int64_t shift = root ? 0 : k * stride;
+    const bool root = plan.root_ids.count(n.id) > 0;
+    const int64_t shift = root ? 0 : k * plan.stride;
     if (!first_node) buf += ",\n";
     first_node = false;
     buf += "    {";
@@ -63,33 +109,11 @@ ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path
       if (key == "id") {
         buf += std::to_string(n.id + shift);
       } else if ((key == "ctrl_deps" || key == "parent") && n.parent_kind == ParentKind::integer) {
-        buf += std::to_string(root_ids.count(n.parent) ? n.parent : n.parent + shift);
+        buf += std::to_string(plan.root_ids.count(n.parent) ? n.parent : n.parent + shift);
       } else if (key == "rf_id" && n.has_rf_id && !root) {
-        buf += std::to_string(n.rf_id + k * rf_stride);
+        buf += std::to_string(n.rf_id + k * plan.rf_stride);
       } else if (key == "attrs" && f.value.is_array() && !root) {
-        buf.push_back('[');
-        bool fa = true;
-        for (auto a : dom::array(f.value)) {
-          if (!fa) buf += ", ";
-          fa = false;
-          std::string_view an;
-          if (a.is_object() && !a["name"].get(an) && an == "rf_id" && n.has_rf_id) {
-            buf.push_back('{');
-            bool fo = true;
-            for (auto af : dom::object(a)) {
-              if (!fo) buf += ", ";
-              fo = false;
-              py_json_string(af.key, buf);
-              buf += ": ";
-              if (std::string_view(af.key) == "value") buf += std::to_string(n.rf_id + k * rf_stride);
-              else py_json_element_compact(af.value, buf);
-            }
-            buf.push_back('}');
-          } else {
-            py_json_element_compact(a, buf);
-          }
-        }
-        buf.push_back(']');
+        write_attrs(dom::array(f.value), n, k);
       } else {
         py_json_element_compact(f.value, buf);
       }
@@ -100,34 +124,57 @@ ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path
       out.write(buf);
       buf.clear();
     }
-  };
+  }
 
-  buf += "{";
-  bool first_top = true;
-  for (auto& [key, raw] : h.top_level) {
-    if (!first_top) buf += ",";
-    first_top = false;
-    buf += "\n  ";
-    py_json_string(key, buf);
-    buf += ": ";
-    if (key != "nodes") {
-      dom::element v;
-      if (auto e = parser.parse(raw.data(), raw.size(), false).get(v))
-        throw InputError(in_path, key, simdjson::error_message(e));
-      py_json_element_compact(v, buf);
-      continue;
-    }
+  // leading roots, `times` copies of the other nodes, then the remaining roots
+  void write_nodes(int64_t times) {
     buf += "[\n";
-    for (size_t i = 0; i < first_body; ++i) emit(h.nodes[i], 0);
+    for (size_t i = 0; i < plan.first_body; ++i) write_node(h.nodes[i], 0);
     for (int64_t k = 0; k < times; ++k)
-      for (size_t i = first_body; i < h.nodes.size(); ++i)
-        if (!root_ids.count(h.nodes[i].id)) emit(h.nodes[i], k);
-    for (size_t i = first_body; i < h.nodes.size(); ++i)
-      if (root_ids.count(h.nodes[i].id)) emit(h.nodes[i], 0);
+      for (size_t i = plan.first_body; i < h.nodes.size(); ++i)
+        if (!plan.root_ids.count(h.nodes[i].id)) write_node(h.nodes[i], k);
+    for (size_t i = plan.first_body; i < h.nodes.size(); ++i)
+      if (plan.root_ids.count(h.nodes[i].id)) write_node(h.nodes[i], 0);
     buf += "\n  ]";
   }
-  buf += "\n}\n";
-  out.write(buf);
+
+  // the top-level members in input order; only "nodes" changes
+  void write_document(int64_t times) {
+    buf += "{";
+    bool first_top = true;
+    for (auto& [key, raw] : h.top_level) {
+      if (!first_top) buf += ",";
+      first_top = false;
+      buf += "\n  ";
+      py_json_string(key, buf);
+      buf += ": ";
+      if (key != "nodes") {
+        dom::element v;
+        if (auto e = parser.parse(raw.data(), raw.size(), false).get(v))
+          throw InputError(in_path, key, simdjson::error_message(e));
+        py_json_element_compact(v, buf);
+        continue;
+      }
+      write_nodes(times);
+    }
+    buf += "\n}\n";
+  }
+};
+
+}  // namespace
+
+ScaleStats scale_host_et(const std::string& in_path, const std::string& out_path, int64_t times) {
+  if (times < 1) throw InputError(in_path, "", "replication factor must be >= 1");
+  HostEtIndex h = index_host_et(in_path);
+  ScaleStats st;
+  st.input_nodes = h.nodes.size();
+  const ScalePlan plan = plan_scaling(h);
+  st.root_nodes = plan.root_ids.size();
+
+  AtomicOutput out(out_path);
+  ScaledWriter w(h, in_path, plan, out, st);
+  w.write_document(times);
+  out.write(w.buf);
   out.commit();
   return st;
 }
