@@ -250,10 +250,8 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0) {
   return buf;
 }
 
-}  // namespace
-
-int run_ab(const AbOptions& o_in) {
-  AbOptions o = o_in;
+// Every check on the options that needs no tree, before anything is built or written.
+void validate_options(const AbOptions& o) {
   if (o.base.empty() || o.head.empty()) throw Error("--base and --head are required");
   if (o.out.empty()) throw Error("--out DIR is required");
   if (o.rounds < 2 || o.rounds > 1000) throw Error("--rounds must be in [2, 1000]");
@@ -261,6 +259,9 @@ int run_ab(const AbOptions& o_in) {
   if (!(o.block_seconds > 0 && o.block_seconds <= 10)) throw Error("--block-seconds must be in (0, 10]");
   if (!(o.threshold > 0 && o.threshold < 1) || !(o.alpha > 0 && o.alpha < 1))
     throw Error("--threshold and --alpha must be fractions in (0, 1)");
+}
+
+std::unique_ptr<std::regex> compile_filter(const AbOptions& o) {
   std::unique_ptr<std::regex> filter;
   if (!o.filter.empty()) {
     try {
@@ -269,61 +270,69 @@ int run_ab(const AbOptions& o_in) {
       throw Error("--filter '" + o.filter + "': not a regular expression (" + e.what() + ")");
     }
   }
+  return filter;
+}
+
+// A later run with the same out reuses its builds, but never replaces a result unasked.
+void prepare_out_dir(AbOptions& o) {
   o.out = fs::absolute(o.out).lexically_normal().string();
   files::make_dirs(o.out);
   if (files::exists(o.out + "/ab.json") && !o.force)
     throw Error(o.out + "/ab.json exists; not overwriting it (pass --force, or another --out)");
+}
 
-  Side base, head;
-  base.name = "base", base.arg = o.base, base.env = o.base_env;
-  head.name = "head", head.arg = o.head, head.env = o.head_env;
-  for (Side* s : {&base, &head}) resolve(*s, o);
-  if (!o.ops.empty()) {
-    std::set<std::string> known;
-    for (Side* s : {&base, &head})
-      if (!s->source.empty()) known.merge(tree_ops(s->source));
-    for (const std::string& op : o.ops)
-      if (!known.empty() && !known.count(op)) throw Error("--op " + op + ": no such op in either tree");
-  }
-  for (Side* s : {&base, &head}) build(*s, o);
+// An --op neither tree has is a typo, not an empty comparison (build dirs alone cannot tell).
+void check_ops_exist(const Side& base, const Side& head, const AbOptions& o) {
+  if (o.ops.empty()) return;
+  std::set<std::string> known;
+  for (const Side* s : {&base, &head})
+    if (!s->source.empty()) known.merge(tree_ops(s->source));
+  for (const std::string& op : o.ops)
+    if (!known.empty() && !known.count(op)) throw Error("--op " + op + ": no such op in either tree");
+}
 
-  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env,
-                o.out + "/base-serve.log");
-  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env,
-                o.out + "/head-serve.log");
-  const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
+struct Selection {
+  std::vector<Bench> benches;  // in both builds, probes last
+  std::vector<std::string> only_head, only_base;
+  size_t gated = 0;
+};
+
+Selection select_benchmarks(const std::vector<std::string>& base_names, const std::vector<std::string>& head_names,
+                            const AbOptions& o, const std::regex* filter) {
   const std::set<std::string> in_base(base_names.begin(), base_names.end()),
       in_head(head_names.begin(), head_names.end());
-
-  std::vector<Bench> benches;
-  std::vector<std::string> only_head, only_base;
+  Selection sel;
   for (const std::string& n : head_names) {
     Role role;
-    if (!is_selected(n, o, filter.get(), role)) continue;
+    if (!is_selected(n, o, filter, role)) continue;
     if (!in_base.count(n)) {
-      only_head.push_back(n);
+      sel.only_head.push_back(n);
       continue;
     }
     Bench x;
     x.name = n;
     x.role = role;
-    benches.push_back(x);
+    sel.benches.push_back(x);
   }
   for (const std::string& n : base_names) {
     Role role;
-    if (is_selected(n, o, filter.get(), role) && !in_head.count(n)) only_base.push_back(n);
+    if (is_selected(n, o, filter, role) && !in_head.count(n)) sel.only_base.push_back(n);
   }
   // Probes last: a control says most about the pairing once the run has settled (the first
   // seconds after another run's processes exit read up to 35 % apart here).
-  std::stable_partition(benches.begin(), benches.end(), [](const Bench& x) { return x.name.rfind("probe/", 0) != 0; });
-  const size_t gated =
-      std::count_if(benches.begin(), benches.end(), [](const Bench& x) { return x.role == Role::gated; });
-  if (gated == 0)
+  std::stable_partition(sel.benches.begin(), sel.benches.end(),
+                        [](const Bench& x) { return x.name.rfind("probe/", 0) != 0; });
+  sel.gated =
+      std::count_if(sel.benches.begin(), sel.benches.end(), [](const Bench& x) { return x.role == Role::gated; });
+  if (sel.gated == 0)
     throw Error("no benchmark of both builds matches" + std::string(o.ops.empty() ? "" : " the --op list") +
                 (o.filter.empty() ? "" : " and --filter") + " (nothing to compare)");
+  return sel;
+}
 
-  // Settle first: both processes stream the triad for a second each, unrecorded (page faults,
-  // clocks, the teardown of whatever ran before).
+// Settle first: both processes stream the triad for a second each, unrecorded (page faults,
+// clocks, the teardown of whatever ran before).
+void settle_with_probes(ServeClient& b, ServeClient& h, const std::vector<Bench>& benches) {
   for (const Bench& x : benches)
     if (x.name.rfind("probe/", 0) == 0) {
       b.send("prepare " + x.name);
@@ -331,114 +340,126 @@ int run_ab(const AbOptions& o_in) {
       b.receive(600), h.receive(600);
       b.request("time " + x.name + " 1", 300), h.request("time " + x.name + " 1", 300);
     }
+}
+
+// Both sides prepare the case at once; false (with verdict and note set) when either cannot run it.
+bool prepare_both(ServeClient& b, ServeClient& h, Bench& x) {
+  b.send("prepare " + x.name);
+  h.send("prepare " + x.name);
+  const std::string rb = b.receive(1800), rh = h.receive(1800);
+  if (rb == "ok" && rh == "ok") return true;
+  const std::string why_b = rb == "ok" ? "" : rb.substr(rb.find(' ') + 1),
+                    why_h = rh == "ok" ? "" : rh.substr(rh.find(' ') + 1);
+  x.verdict = why_h.empty() ? "NEW" : why_b.empty() ? "FAILED" : "SKIPPED";
+  x.note = why_h.empty() ? "base cannot run it: " + why_b : why_b.empty() ? "head cannot run it: " + why_h : why_h;
+  if (x.role == Role::control && x.verdict == "FAILED") x.verdict = "SKIPPED";
+  return false;
+}
+
+// The rounds of one benchmark: one block per side per round, the order alternating so that
+// whichever side goes second does not always get the warmer machine.
+void time_rounds(ServeClient& b, ServeClient& h, Bench& x, const AbOptions& o) {
   const int total_rounds = o.rounds * o.repeat;
   const double time_timeout = o.block_seconds * 100 + 300;
+  const std::string block = " " + fmt("%g", o.block_seconds);
+  parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);  // warm-up, both
+  parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+  for (int r = 0; r < total_rounds; ++r) {
+    if (o.restage) {  // both at once: staging is not timed
+      b.send("restage " + x.name);
+      h.send("restage " + x.name);
+      const std::string sb = b.receive(1800), sh = h.receive(1800);
+      if (sb != "ok" || sh != "ok")
+        throw Error(x.name + ": staging again failed: " + (sb != "ok" ? "base: " + sb : "head: " + sh));
+    }
+    double tb, th;
+    if (r % 2 == 0) {
+      tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
+      th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+    } else {
+      th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
+      tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
+    }
+    x.base_ns.push_back(tb);
+    x.head_ns.push_back(th);
+    x.ratios.push_back(th / tb);
+  }
+}
+
+// The verdict over all rounds, and with --repeat one per run of `rounds` (false-alarm studies).
+void decide_verdicts(Bench& x, const AbOptions& o) {
+  x.v = paired_verdict(x.ratios, o.threshold, o.alpha);
+  x.verdict = x.v.verdict;
+  if (o.repeat > 1)
+    for (int k = 0; k < o.repeat; ++k)
+      x.per_run.push_back(
+          paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
+                         o.threshold, o.alpha)
+              .verdict);
+  if (x.role == Role::control) x.note = "control: the same code in both builds";
+}
+
+void measure_benchmarks(ServeClient& b, ServeClient& h, std::vector<Bench>& benches, const AbOptions& o) {
   size_t done = 0;
   for (Bench& x : benches) {
     ++done;
-    b.send("prepare " + x.name);
-    h.send("prepare " + x.name);
-    const std::string rb = b.receive(1800), rh = h.receive(1800);
-    if (rb != "ok" || rh != "ok") {
-      const std::string why_b = rb == "ok" ? "" : rb.substr(rb.find(' ') + 1),
-                        why_h = rh == "ok" ? "" : rh.substr(rh.find(' ') + 1);
-      x.verdict = why_h.empty() ? "NEW" : why_b.empty() ? "FAILED" : "SKIPPED";
-      x.note = why_h.empty() ? "base cannot run it: " + why_b : why_b.empty() ? "head cannot run it: " + why_h : why_h;
-      if (x.role == Role::control && x.verdict == "FAILED") x.verdict = "SKIPPED";
+    if (!prepare_both(b, h, x)) {
       std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(),
                    x.note.c_str());
       continue;
     }
-    const std::string block = " " + fmt("%g", o.block_seconds);
-    parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);  // warm-up, both
-    parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
-    for (int r = 0; r < total_rounds; ++r) {
-      if (o.restage) {  // both at once: staging is not timed
-        b.send("restage " + x.name);
-        h.send("restage " + x.name);
-        const std::string sb = b.receive(1800), sh = h.receive(1800);
-        if (sb != "ok" || sh != "ok")
-          throw Error(x.name + ": staging again failed: " + (sb != "ok" ? "base: " + sb : "head: " + sh));
-      }
-      double tb, th;
-      if (r % 2 == 0) {
-        tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
-        th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
-      } else {
-        th = parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
-        tb = parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);
-      }
-      x.base_ns.push_back(tb);
-      x.head_ns.push_back(th);
-      x.ratios.push_back(th / tb);
-    }
-    x.v = paired_verdict(x.ratios, o.threshold, o.alpha);
-    x.verdict = x.v.verdict;
-    if (o.repeat > 1)
-      for (int k = 0; k < o.repeat; ++k)
-        x.per_run.push_back(
-            paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
-                           o.threshold, o.alpha)
-                .verdict);
-    if (x.role == Role::control) x.note = "control: the same code in both builds";
+    time_rounds(b, h, x, o);
+    decide_verdicts(x, o);
     std::string runs;
     for (const auto& v : x.per_run) runs += (runs.empty() ? "  runs: " : " ") + v;
     std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]%s\n", done, benches.size(), x.name.c_str(),
                  (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi,
                  runs.c_str());
   }
+}
 
-  // instruction counts: exact, both builds
+// Instruction counts: exact, both builds. Adds the cases over the threshold to `regressions`.
+json::Value compare_instructions(const Side& base, const Side& head, const AbOptions& o, const std::regex* filter,
+                                 int& regressions) {
   json::Value instr;
-  int instr_regressions = 0;
   if (!o.instructions) {
     instr.set("status", "skip");
     instr.set("reason", "not asked for (--no-instructions)");
-  } else {
-    std::string skip;
-    const auto ib = instructions(base, o, skip);
-    const auto ih = skip.empty() ? instructions(head, o, skip) : std::map<std::string, double>{};
-    if (!skip.empty()) {
-      instr.set("status", "skip");
-      instr.set("reason", skip);
-    } else {
-      instr.set("status", "pass");
-      json::Value& list = instr.set("counts", json::Value(json::Array{}));
-      for (const auto& [name, n] : ih) {
-        Role role;
-        if (!is_selected(name, o, filter.get(), role)) continue;
-        json::Value c;
-        c.set("name", name);
-        c.set("head", n);
-        auto it = ib.find(name);
-        if (it == ib.end()) {
-          c.set("verdict", "NEW");
-        } else {
-          const double ratio = n / it->second;
-          c.set("base", it->second);
-          c.set("ratio", ratio);
-          const bool worse = ratio > 1 + o.instr_threshold;
-          instr_regressions += worse;
-          c.set("verdict", worse ? "REGRESSION" : ratio < 1 - o.instr_threshold ? "FEWER" : "SAME");
-        }
-        list.push(c);
-      }
-    }
+    return instr;
   }
-
-  // report
-  int regressions = instr_regressions;
-  std::map<std::string, int> count;
-  for (const Bench& x : benches)
-    if (x.role == Role::gated) {
-      count[x.verdict]++;
-      regressions += x.verdict == "SLOWER" || x.verdict == "FAILED";
+  std::string skip;
+  const auto ib = instructions(base, o, skip);
+  const auto ih = skip.empty() ? instructions(head, o, skip) : std::map<std::string, double>{};
+  if (!skip.empty()) {
+    instr.set("status", "skip");
+    instr.set("reason", skip);
+    return instr;
+  }
+  instr.set("status", "pass");
+  json::Value& list = instr.set("counts", json::Value(json::Array{}));
+  for (const auto& [name, n] : ih) {
+    Role role;
+    if (!is_selected(name, o, filter, role)) continue;
+    json::Value c;
+    c.set("name", name);
+    c.set("head", n);
+    auto it = ib.find(name);
+    if (it == ib.end()) {
+      c.set("verdict", "NEW");
+    } else {
+      const double ratio = n / it->second;
+      c.set("base", it->second);
+      c.set("ratio", ratio);
+      const bool worse = ratio > 1 + o.instr_threshold;
+      regressions += worse;
+      c.set("verdict", worse ? "REGRESSION" : ratio < 1 - o.instr_threshold ? "FEWER" : "SAME");
     }
-  json::Value doc;
-  doc.set("schema", "opforge.ab/1");
-  doc.set("base", side_json(base));
-  doc.set("head", side_json(head));
-  doc.set("machine", machine_facts());
+    list.push(c);
+  }
+  return instr;
+}
+
+json::Value settings_json(const AbOptions& o) {
   json::Value settings;
   settings.set("rounds", o.rounds);
   settings.set("repeat", o.repeat);
@@ -453,60 +474,89 @@ int run_ab(const AbOptions& o_in) {
   settings.set("ops", ops_v);
   settings.set("filter", o.filter);
   settings.set("peers", o.peers);
-  doc.set("settings", settings);
-  json::Value& list = doc.set("benchmarks", json::Value(json::Array{}));
-  for (const Bench& x : benches) {
-    json::Value j;
-    j.set("name", x.name);
-    j.set("role", x.role == Role::gated ? "gated" : "control");
-    j.set("verdict", x.verdict);
-    if (!x.ratios.empty()) {
-      j.set("median_ratio", x.v.median);
-      j.set("interval", json::Value(json::Array{x.v.lo, x.v.hi}));
-      j.set("coverage", x.v.coverage);
-      j.set("rounds", int64_t(x.ratios.size()));
-      j.set("base_median_ns", median_of(x.base_ns));
-      j.set("head_median_ns", median_of(x.head_ns));
-      json::Value r = json::Value(json::Array{});
-      for (double v : x.ratios) r.push(v);
-      j.set("ratios", r);
-      if (!x.per_run.empty()) {
-        json::Value p = json::Value(json::Array{});
-        for (const auto& s : x.per_run) p.push(s);
-        j.set("per_run", p);
-      }
+  return settings;
+}
+
+json::Value bench_json(const Bench& x) {
+  json::Value j;
+  j.set("name", x.name);
+  j.set("role", x.role == Role::gated ? "gated" : "control");
+  j.set("verdict", x.verdict);
+  if (!x.ratios.empty()) {
+    j.set("median_ratio", x.v.median);
+    j.set("interval", json::Value(json::Array{x.v.lo, x.v.hi}));
+    j.set("coverage", x.v.coverage);
+    j.set("rounds", int64_t(x.ratios.size()));
+    j.set("base_median_ns", median_of(x.base_ns));
+    j.set("head_median_ns", median_of(x.head_ns));
+    json::Value r = json::Value(json::Array{});
+    for (double v : x.ratios) r.push(v);
+    j.set("ratios", r);
+    if (!x.per_run.empty()) {
+      json::Value p = json::Value(json::Array{});
+      for (const auto& s : x.per_run) p.push(s);
+      j.set("per_run", p);
     }
-    if (!x.note.empty()) j.set("note", x.note);
-    list.push(j);
   }
+  if (!x.note.empty()) j.set("note", x.note);
+  return j;
+}
+
+// With --repeat: the verdict counts of each run on its own. Returns how many runs had a SLOWER.
+int add_runs_json(json::Value& doc, const std::vector<Bench>& benches, const AbOptions& o) {
+  int runs_with_slower = 0;
+  json::Value& runs = doc.set("runs", json::Value(json::Array{}));
+  for (int k = 0; k < o.repeat; ++k) {
+    std::map<std::string, int> c;
+    json::Value slower = json::Value(json::Array{});
+    for (const Bench& x : benches)
+      if (x.role == Role::gated && !x.per_run.empty()) {
+        c[x.per_run[k]]++;
+        if (x.per_run[k] == "SLOWER") slower.push(x.name);
+      }
+    json::Value r;
+    for (const char* v : {"SAME", "SLOWER", "FASTER", "AMBIGUOUS"}) r.set(v, c[v]);
+    r.set("slower", slower);
+    runs_with_slower += c["SLOWER"] > 0;
+    runs.push(r);
+  }
+  doc.set("runs_with_slower", runs_with_slower);
+  return runs_with_slower;
+}
+
+// What a finished comparison is made of, for ab.json and ab.md.
+struct Outcome {
+  const Side &base, &head;
+  const Selection& sel;
+  const json::Value& instr;
+  int regressions = 0;
+  int runs_with_slower = 0;
+  std::map<std::string, int> count;  // gated benchmarks by verdict
+};
+
+json::Value ab_json(Outcome& out, const AbOptions& o) {
+  json::Value doc;
+  doc.set("schema", "opforge.ab/1");
+  doc.set("base", side_json(out.base));
+  doc.set("head", side_json(out.head));
+  doc.set("machine", machine_facts());
+  doc.set("settings", settings_json(o));
+  json::Value& list = doc.set("benchmarks", json::Value(json::Array{}));
+  for (const Bench& x : out.sel.benches) list.push(bench_json(x));
   json::Value nb = json::Value(json::Array{}), na = json::Value(json::Array{});
-  for (const auto& n : only_head) nb.push(n);
-  for (const auto& n : only_base) na.push(n);
+  for (const auto& n : out.sel.only_head) nb.push(n);
+  for (const auto& n : out.sel.only_base) na.push(n);
   doc.set("only_in_head", nb);
   doc.set("only_in_base", na);
-  doc.set("instructions", instr);
-  int runs_with_slower = 0;
-  if (o.repeat > 1) {
-    json::Value& runs = doc.set("runs", json::Value(json::Array{}));
-    for (int k = 0; k < o.repeat; ++k) {
-      std::map<std::string, int> c;
-      json::Value slower = json::Value(json::Array{});
-      for (const Bench& x : benches)
-        if (x.role == Role::gated && !x.per_run.empty()) {
-          c[x.per_run[k]]++;
-          if (x.per_run[k] == "SLOWER") slower.push(x.name);
-        }
-      json::Value r;
-      for (const char* v : {"SAME", "SLOWER", "FASTER", "AMBIGUOUS"}) r.set(v, c[v]);
-      r.set("slower", slower);
-      runs_with_slower += c["SLOWER"] > 0;
-      runs.push(r);
-    }
-    doc.set("runs_with_slower", runs_with_slower);
-  }
-  doc.set("regressions", regressions);
-  doc.set("exit_code", regressions ? 1 : 0);
+  doc.set("instructions", out.instr);
+  if (o.repeat > 1) out.runs_with_slower = add_runs_json(doc, out.sel.benches, o);
+  doc.set("regressions", out.regressions);
+  doc.set("exit_code", out.regressions ? 1 : 0);
+  return doc;
+}
 
+std::string ab_markdown_summary(const Outcome& out, const AbOptions& o) {
+  const Side &base = out.base, &head = out.head;
   std::string md = "# opforge ab\n\nbase `" + o.base + "` (" + base.kind +
                    (base.sha.empty() ? "" : " " + base.sha.substr(0, 12)) + ") vs head `" + o.head + "` (" + head.kind +
                    (head.sha.empty() ? "" : " " + head.sha.substr(0, 12)) + "), " + std::to_string(o.rounds) +
@@ -515,11 +565,17 @@ int run_ab(const AbOptions& o_in) {
                    " threads max, threshold " + fmt("%g", o.threshold * 100) +
                    " %, interval >= " + fmt("%g", (1 - o.alpha) * 100) + " %.\n\n";
   std::string counts;
-  for (const auto& [k, n] : count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
-  md += "**" + std::string(regressions ? "FAIL" : "PASS") + "**: " + std::to_string(regressions) + " regression(s); " +
-        std::to_string(gated) + " benchmarks compared (" + counts + ").";
+  for (const auto& [k, n] : out.count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  md += "**" + std::string(out.regressions ? "FAIL" : "PASS") + "**: " + std::to_string(out.regressions) +
+        " regression(s); " + std::to_string(out.sel.gated) + " benchmarks compared (" + counts + ").";
   if (o.repeat > 1)
-    md += " Runs with a SLOWER verdict: " + std::to_string(runs_with_slower) + " of " + std::to_string(o.repeat) + ".";
+    md += " Runs with a SLOWER verdict: " + std::to_string(out.runs_with_slower) + " of " + std::to_string(o.repeat) +
+          ".";
+  return md;
+}
+
+std::string ab_markdown(const Outcome& out, const AbOptions& o) {
+  std::string md = ab_markdown_summary(out, o);
   md +=
       "\n\nRatio = head time / base time per round (the two builds timed back to back, order alternating); the median "
       "and "
@@ -528,7 +584,7 @@ int run_ab(const AbOptions& o_in) {
       "|\n"
       "|---|---|---:|---|---:|---:|---|\n";
   for (const char* want : {"FAILED", "SLOWER", "AMBIGUOUS", "FASTER", "NEW", "SKIPPED", "SAME"})
-    for (const Bench& x : benches)
+    for (const Bench& x : out.sel.benches)
       if (x.verdict == want) {
         const std::string v = x.role == Role::control ? "control " + x.verdict : x.verdict;
         md += "| `" + x.name + "` | " + v + " | " +
@@ -538,22 +594,61 @@ int run_ab(const AbOptions& o_in) {
                          fmt("%.4g ms | %.4g ms | ", median_of(x.base_ns) / 1e6, median_of(x.head_ns) / 1e6)) +
               x.note + " |\n";
       }
-  if (!only_head.empty() || !only_base.empty())
-    md += "\nOnly in head: " + std::to_string(only_head.size()) +
-          "; only in base: " + std::to_string(only_base.size()) + " (not compared).\n";
+  if (!out.sel.only_head.empty() || !out.sel.only_base.empty())
+    md += "\nOnly in head: " + std::to_string(out.sel.only_head.size()) +
+          "; only in base: " + std::to_string(out.sel.only_base.size()) + " (not compared).\n";
   md += "\n## Instruction counts (callgrind)\n\n";
-  if (instr.str("status") == "skip") {
-    md += "skipped: " + instr.str("reason") + "\n";
+  if (out.instr.str("status") == "skip") {
+    md += "skipped: " + out.instr.str("reason") + "\n";
   } else {
     md += "| case | verdict | base | head | change |\n|---|---|---:|---:|---:|\n";
-    for (const auto& c : instr.get("counts").as_array())
+    for (const auto& c : out.instr.get("counts").as_array())
       md += "| `" + c.str("name") + "` | " + c.str("verdict") + " | " + fmt("%.0f", c.num("base")) + " | " +
             fmt("%.0f", c.num("head")) + " | " + fmt("%+.2f %%", (c.num("ratio", 1) - 1) * 100) + " |\n";
   }
+  return md;
+}
+
+}  // namespace
+
+int run_ab(const AbOptions& o_in) {
+  AbOptions o = o_in;
+  validate_options(o);
+  const std::unique_ptr<std::regex> filter = compile_filter(o);
+  prepare_out_dir(o);
+
+  Side base, head;
+  base.name = "base", base.arg = o.base, base.env = o.base_env;
+  head.name = "head", head.arg = o.head, head.env = o.head_env;
+  for (Side* s : {&base, &head}) resolve(*s, o);
+  check_ops_exist(base, head, o);
+  for (Side* s : {&base, &head}) build(*s, o);
+
+  // Both servers live until the report is written (their destructors stop them).
+  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env,
+                o.out + "/base-serve.log");
+  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env,
+                o.out + "/head-serve.log");
+  const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
+  Selection sel = select_benchmarks(base_names, head_names, o, filter.get());
+  settle_with_probes(b, h, sel.benches);
+  measure_benchmarks(b, h, sel.benches, o);
+
+  int instr_regressions = 0;
+  const json::Value instr = compare_instructions(base, head, o, filter.get(), instr_regressions);
+
+  Outcome out{base, head, sel, instr, instr_regressions, 0, {}};
+  for (const Bench& x : sel.benches)
+    if (x.role == Role::gated) {
+      out.count[x.verdict]++;
+      out.regressions += x.verdict == "SLOWER" || x.verdict == "FAILED";
+    }
+  const json::Value doc = ab_json(out, o);
+  const std::string md = ab_markdown(out, o);
   files::write_atomic(o.out + "/ab.json", json::dump(doc));
   files::write_atomic(o.out + "/ab.md", md);
   std::fputs(md.c_str(), stdout);
-  return regressions ? 1 : 0;
+  return out.regressions ? 1 : 0;
 }
 
 }  // namespace opf::matrix

@@ -132,83 +132,110 @@ std::map<std::string, Drift> drift_by_cell_threads(const GateInput& base,
   return d;
 }
 
-}  // namespace
-
-GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
-  GateReport r;
-  r.timing_gates = cfg.timing_gates;
+// Current benchmarks by key, plus each "/threads:1" benchmark under its pre-thread-pool name when
+// the current run has no such name itself (a legacy baseline still finds it). Keys compared under
+// the old name go into `seen` so they are not reported NEW as well.
+std::map<std::string, const BenchSamples*> index_current_benchmarks(const GateInput& cur, std::set<std::string>& seen) {
   std::map<std::string, const BenchSamples*> cur_bench;
   for (const auto& b : cur.bench) cur_bench[b.key()] = &b;
-  std::set<std::string> seen;
   for (const auto& b : cur.bench)
     if (std::string old = single_thread_legacy_name(b.key()); !old.empty() && !cur_bench.count(old)) {
       cur_bench[old] = &b;
-      seen.insert(b.key());  // compared under its old name below, not NEW
+      seen.insert(b.key());
     }
+  return cur_bench;
+}
+
+// The first override whose glob matches (order in the file decides), or null.
+const GateOverride* find_override(const GateConfig& cfg, const std::string& key) {
+  for (const auto& o : cfg.overrides)
+    if (fnmatch(o.match.c_str(), key.c_str(), 0) == 0) return &o;
+  return nullptr;
+}
+
+// The verdict's baseline side, before the current run is looked at.
+BenchVerdict start_verdict(const BenchSamples& b, const GateConfig& cfg, const GateOverride* ov) {
+  BenchVerdict v;
+  v.key = b.key();
+  v.threshold = cfg.threshold;
+  if (ov && ov->threshold > 0) v.threshold = ov->threshold, v.note = ov->reason;
+  v.n_base = b.ns.size();
+  v.base_median_ns = stats::median(b.ns);
+  return v;
+}
+
+// Beyond the threshold: re-decide on drift-normalized samples (see gate.h). A change the controls
+// explain is not the change's, so a verdict that moves under normalization becomes AMBIGUOUS.
+void redecide_against_drift(BenchVerdict& v, const std::string& raw, const BenchSamples& b, const BenchSamples& c,
+                            const std::map<std::string, Drift>& drift, const GateConfig& cfg) {
+  auto d = drift.find(b.cell + "/" + threads_of(b.name));
+  if (d != drift.end()) {
+    const bool memory_bound =
+        d->second.probe > 0 && d->second.probe_bps > 0 && b.bytes_per_second >= 0.5 * d->second.probe_bps;
+    if (memory_bound) v.decided_by = "probe", v.drift = d->second.probe;
+    else if (d->second.peers > 0) v.decided_by = "peers", v.drift = d->second.peers;
+    else if (d->second.probe > 0) v.decided_by = "probe", v.drift = d->second.probe;
+  }
+  if (v.decided_by == "raw") return;
+  std::vector<double> normalized = b.ns;
+  for (auto& x : normalized) x *= v.drift;
+  double nratio, np;
+  const std::string norm = decide(normalized, c.ns, v.threshold, cfg.alpha, nratio, np);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "raw %s x%.3f; %s moved x%.3f; normalized x%.3f: %s", raw.c_str(), v.ratio,
+                v.decided_by == "probe" ? "the bandwidth probe" : "the peers (median)", v.drift, nratio, norm.c_str());
+  v.note = buf;
+  if (norm != raw) {
+    v.verdict = norm == "SLOWER" || norm == "FASTER" ? "AMBIGUOUS" : norm;
+    v.p = np;
+  }
+}
+
+// Notes a reader needs next to the verdict: the override's reason, why AMBIGUOUS, what a control's move means.
+void annotate_verdict(BenchVerdict& v, const GateOverride* ov) {
+  if (ov && ov->ignore) {
+    v.verdict = "IGNORED";
+    v.note = ov->reason;
+  } else if (v.verdict == "AMBIGUOUS" && v.note.empty()) {
+    v.note = "beyond the threshold but not significant (need more repetitions or a quieter machine)";
+  }
+  if (v.control && (v.verdict == "SLOWER" || v.verdict == "FASTER"))
+    v.note = "control (not our code): " + std::string(v.verdict == "SLOWER" ? "slower" : "faster") +
+             " here means the machine moved";
+}
+
+// A benchmark present in both runs: the raw decision, then drift normalization and notes.
+BenchVerdict compare_benchmark(BenchVerdict v, const BenchSamples& b, const BenchSamples& c,
+                               const std::map<std::string, Drift>& drift, const GateConfig& cfg,
+                               const GateOverride* ov) {
+  v.n_cur = c.ns.size();
+  v.cur_median_ns = stats::median(c.ns);
+  v.control = is_control(v.key.substr(b.cell.size() + 1));
+  const std::string raw = decide(b.ns, c.ns, v.threshold, cfg.alpha, v.ratio, v.p);
+  v.verdict = raw;
+  if (raw != "SAME" && !v.control) redecide_against_drift(v, raw, b, c, drift, cfg);
+  annotate_verdict(v, ov);
+  return v;
+}
+
+// Timing: every baseline benchmark (MISSING when gone), then those only the current run has (NEW).
+void compare_benchmarks(const GateInput& base, const GateInput& cur, const GateConfig& cfg, GateReport& r) {
+  std::set<std::string> seen;
+  const std::map<std::string, const BenchSamples*> cur_bench = index_current_benchmarks(cur, seen);
   const std::map<std::string, Drift> drift = drift_by_cell_threads(base, cur_bench);
   double log_sum = 0;
   for (const auto& b : base.bench) {
-    BenchVerdict v;
-    v.key = b.key();
+    const GateOverride* ov = find_override(cfg, b.key());
+    BenchVerdict v = start_verdict(b, cfg, ov);
     seen.insert(v.key);
-    v.threshold = cfg.threshold;
-    const GateOverride* ov = nullptr;
-    for (const auto& o : cfg.overrides)
-      if (fnmatch(o.match.c_str(), v.key.c_str(), 0) == 0) {
-        ov = &o;
-        break;
-      }
-    if (ov && ov->threshold > 0) v.threshold = ov->threshold, v.note = ov->reason;
     auto it = cur_bench.find(v.key);
-    v.n_base = b.ns.size();
-    v.base_median_ns = stats::median(b.ns);
     if (it == cur_bench.end()) {
       v.verdict = "MISSING";
       v.note = "not in the current run";
       r.bench.push_back(v);
       continue;
     }
-    const auto& c = *it->second;
-    v.n_cur = c.ns.size();
-    v.cur_median_ns = stats::median(c.ns);
-    v.control = is_control(v.key.substr(b.cell.size() + 1));
-    const std::string raw = decide(b.ns, c.ns, v.threshold, cfg.alpha, v.ratio, v.p);
-    v.verdict = raw;
-    // Beyond the threshold: re-decide on drift-normalized samples (see gate.h).
-    if (raw != "SAME" && !v.control) {
-      auto d = drift.find(b.cell + "/" + threads_of(b.name));
-      if (d != drift.end()) {
-        const bool memory_bound =
-            d->second.probe > 0 && d->second.probe_bps > 0 && b.bytes_per_second >= 0.5 * d->second.probe_bps;
-        if (memory_bound) v.decided_by = "probe", v.drift = d->second.probe;
-        else if (d->second.peers > 0) v.decided_by = "peers", v.drift = d->second.peers;
-        else if (d->second.probe > 0) v.decided_by = "probe", v.drift = d->second.probe;
-      }
-      if (v.decided_by != "raw") {
-        std::vector<double> normalized = b.ns;
-        for (auto& x : normalized) x *= v.drift;
-        double nratio, np;
-        const std::string norm = decide(normalized, c.ns, v.threshold, cfg.alpha, nratio, np);
-        char buf[256];
-        std::snprintf(buf, sizeof buf, "raw %s x%.3f; %s moved x%.3f; normalized x%.3f: %s", raw.c_str(), v.ratio,
-                      v.decided_by == "probe" ? "the bandwidth probe" : "the peers (median)", v.drift, nratio,
-                      norm.c_str());
-        v.note = buf;
-        if (norm != raw) {  // a change the controls explain is not the change's
-          v.verdict = norm == "SLOWER" || norm == "FASTER" ? "AMBIGUOUS" : norm;
-          v.p = np;
-        }
-      }
-    }
-    if (ov && ov->ignore) {
-      v.verdict = "IGNORED";
-      v.note = ov->reason;
-    } else if (v.verdict == "AMBIGUOUS" && v.note.empty()) {
-      v.note = "beyond the threshold but not significant (need more repetitions or a quieter machine)";
-    }
-    if (v.control && (v.verdict == "SLOWER" || v.verdict == "FASTER"))
-      v.note = "control (not our code): " + std::string(v.verdict == "SLOWER" ? "slower" : "faster") +
-               " here means the machine moved";
+    v = compare_benchmark(std::move(v), b, *it->second, drift, cfg, ov);
     if (std::isfinite(v.ratio) && v.ratio > 0) {
       log_sum += std::log(v.ratio);
       ++r.compared;
@@ -225,74 +252,97 @@ GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfi
       r.bench.push_back(v);
     }
   r.geomean = r.compared ? std::exp(log_sum / r.compared) : 1.0;
+}
 
-  // instruction counts: deterministic, a plain threshold
+// Instruction counts are deterministic: a plain threshold, no statistics.
+std::vector<SimpleChange> compare_instructions(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
+  std::vector<SimpleChange> out;
   std::map<std::string, double> cur_instr;
   for (const auto& i : cur.instr) cur_instr[i.cell + "/" + i.name] = i.instructions;
   for (const auto& i : base.instr) {
     std::string key = i.cell + "/" + i.name;
     auto it = cur_instr.find(key);
     if (it == cur_instr.end()) {
-      r.instr.push_back({key, "MISSING", "not in the current run"});
+      out.push_back({key, "MISSING", "not in the current run"});
       continue;
     }
     double ratio = it->second / i.instructions;
     char d[128];
     std::snprintf(d, sizeof d, "%.0f -> %.0f instructions (%+.2f %%)", i.instructions, it->second, (ratio - 1) * 100);
-    r.instr.push_back({key,
-                       ratio > 1 + cfg.instr_threshold   ? "REGRESSION"
-                       : ratio < 1 - cfg.instr_threshold ? "FEWER"
-                                                         : "SAME",
-                       d});
+    out.push_back({key,
+                   ratio > 1 + cfg.instr_threshold   ? "REGRESSION"
+                   : ratio < 1 - cfg.instr_threshold ? "FEWER"
+                                                     : "SAME",
+                   d});
   }
+  return out;
+}
 
-  // correctness: passed before, fails now
+// Correctness: a test that passed before and fails now, or a new test that fails.
+std::vector<SimpleChange> compare_tests(const GateInput& base, const GateInput& cur) {
+  std::vector<SimpleChange> out;
   std::map<std::string, std::string> cur_tests;
   for (const auto& t : cur.tests) cur_tests[t.cell + "/" + t.key] = t.result;
   for (const auto& t : base.tests) {
     std::string key = t.cell + "/" + t.key;
     auto it = cur_tests.find(key);
     if (it == cur_tests.end()) {
-      if (t.result == "pass") r.tests.push_back({key, "MISSING", "passed in the baseline, not run now"});
+      if (t.result == "pass") out.push_back({key, "MISSING", "passed in the baseline, not run now"});
       continue;
     }
     if (t.result == "pass" && it->second == "fail")
-      r.tests.push_back({key, "REGRESSION", "passed in the baseline, fails now"});
+      out.push_back({key, "REGRESSION", "passed in the baseline, fails now"});
     else if (t.result == "fail" && it->second == "pass")
-      r.tests.push_back({key, "FIXED", "failed in the baseline, passes now"});
+      out.push_back({key, "FIXED", "failed in the baseline, passes now"});
     else if (t.result == "pass" && it->second == "skip")
-      r.tests.push_back({key, "NEWLY-SKIPPED", "passed in the baseline, skipped now"});
+      out.push_back({key, "NEWLY-SKIPPED", "passed in the baseline, skipped now"});
   }
   for (const auto& t : cur.tests)
     if (t.result == "fail") {
       bool known = false;
       for (const auto& b : base.tests) known = known || (b.cell == t.cell && b.key == t.key);
-      if (!known) r.tests.push_back({t.cell + "/" + t.key, "REGRESSION", "new test, fails"});
+      if (!known) out.push_back({t.cell + "/" + t.key, "REGRESSION", "new test, fails"});
     }
+  return out;
+}
 
-  // Chakra: a trace that regressed or whose golden digest changed
+// Chakra: a trace that regressed or whose golden digest changed, or a new trace that does not pass.
+std::vector<SimpleChange> compare_chakra(const GateInput& base, const GateInput& cur) {
+  std::vector<SimpleChange> out;
   std::map<std::string, const ChakraOutcome*> cur_ch;
   for (const auto& c : cur.chakra) cur_ch[c.cell + "/" + c.trace] = &c;
   for (const auto& b : base.chakra) {
     std::string key = b.cell + "/" + b.trace;
     auto it = cur_ch.find(key);
     if (it == cur_ch.end()) {
-      r.chakra.push_back({key, "MISSING", "not in the current run"});
+      out.push_back({key, "MISSING", "not in the current run"});
       continue;
     }
     const auto& c = *it->second;
     if (b.status == "pass" && c.status != "pass")
-      r.chakra.push_back({key, "REGRESSION", "status " + b.status + " -> " + c.status});
+      out.push_back({key, "REGRESSION", "status " + b.status + " -> " + c.status});
     else if (!b.golden.empty() && !c.golden.empty() && b.golden != c.golden)
-      r.chakra.push_back(
+      out.push_back(
           {key, "REGRESSION", "golden digest changed " + b.golden.substr(0, 12) + " -> " + c.golden.substr(0, 12)});
   }
   for (const auto& c : cur.chakra)
     if (c.status != "pass") {
       bool known = false;
       for (const auto& b : base.chakra) known = known || (b.cell == c.cell && b.trace == c.trace);
-      if (!known) r.chakra.push_back({c.cell + "/" + c.trace, "REGRESSION", "new trace, status " + c.status});
+      if (!known) out.push_back({c.cell + "/" + c.trace, "REGRESSION", "new trace, status " + c.status});
     }
+  return out;
+}
+
+}  // namespace
+
+GateReport run_gate(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
+  GateReport r;
+  r.timing_gates = cfg.timing_gates;
+  compare_benchmarks(base, cur, cfg, r);
+  r.instr = compare_instructions(base, cur, cfg);
+  r.tests = compare_tests(base, cur);
+  r.chakra = compare_chakra(base, cur);
   return r;
 }
 

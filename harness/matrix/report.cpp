@@ -326,90 +326,90 @@ Section tests(const Run& r) {
   return s;
 }
 
-Section performance(const Run& r) {
-  Section s;
-  s.md = "## Performance\n\n";
-  s.html = "<h2 id=\"performance\">Performance: ops vs peers and the bandwidth probe</h2>\n";
-  bool any = false;
-  for (const auto& c : r.cells) {
-    // op -> rows
-    std::map<std::string, std::vector<std::pair<BenchName, const BenchSamples*>>> by_op;
-    for (const auto& b : c.bench) {
-      auto n = parse_bench(b.name);
-      if (n.kind == "ours" || n.kind == "peer") by_op[n.op].push_back({n, &b});
-    }
-    if (by_op.empty()) continue;
-    any = true;
-    std::set<std::string> thread_counts;
-    for (const auto& [op, rows] : by_op)
-      for (const auto& [n, b] : rows) thread_counts.insert(n.threads);
-    std::map<std::string, double> probe;  // threads -> GB/s
-    std::string refs;
-    for (const std::string& t : thread_counts) {
-      std::string src;
-      probe[t] = probe_gbs(c, r, t, src);
-      refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") +
-              fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
-    }
-    s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + refs + "\n\n";
-    s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference: " + escape(refs) +
-              ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library; "
-              "% of probe at the benchmark's own thread count.</p>\n";
-    if (!c.bench_not_run.empty()) {  // skipped peers and backends, with the benchmark's reason
-      s.md += "Not run:\n\n";
-      s.html += "<p>Not run:</p><ul>";
-      for (const std::string& l : c.bench_not_run) {
-        s.md += "- " + l + "\n";
-        s.html += "<li>" + escape(l) + "</li>";
-      }
-      s.md += "\n";
-      s.html += "</ul>\n";
-    }
-    for (auto& [op, rows] : by_op) {
-      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-        auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.threads, a.first.kind, a.first.impl);
-        auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.threads, b.first.kind, b.first.impl);
-        return ka < kb;
-      });
-      const double chart_ref = probe.rbegin()->second;
-      svg::BarChart chart;
-      chart.title = op + " (" + c.rec.str("name") + ")";
-      chart.unit = "GB/s";
-      chart.reference = chart_ref;
-      chart.reference_label = fmt("probe %.1f GB/s", chart_ref);
-      s.md += "#### " + op + "\n\n";
-      s.md +=
-          "| op case | threads | impl | median time | GB/s | % of probe | vs ours "
-          "|\n|---|---:|---|---:|---:|---:|---:|\n";
-      std::map<std::string, double> ours;  // case -> GB/s of our first backend
-      auto case_key = [](const BenchName& n) { return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads; };
-      for (const auto& [n, b] : rows)
-        if (n.kind == "ours" && !ours.count(case_key(n))) ours[case_key(n)] = b->bytes_per_second / 1e9;
-      for (const auto& [n, b] : rows) {
-        double gbs = b->bytes_per_second / 1e9;
-        double med = stats::median(b->ns);
-        const double pr = probe[n.threads];
-        const std::string tlabel = n.threads.empty() ? "" : " · " + n.threads + "T";
-        std::string label =
-            n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
-        double base = ours[case_key(n)];
-        std::string vs = base > 0 ? fmt("%.2fx", gbs / base) : "—";
-        s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.threads.empty() ? "—" : n.threads) + " | " +
-                (n.kind == "peer" ? "peer " : "") + n.impl + " | " + fmt("%.4g us", med / 1e3) + " | " +
-                fmt("%.2f", gbs) + " | " + (pr > 0 ? fmt("%.0f %%", 100 * gbs / pr) : "—") + " | " + vs + " |\n";
-        chart.bars.push_back({label, gbs, n.kind == "peer" ? "#f28e2b" : "#4e79a7",
-                              fmt("%.2f GB/s", gbs) + (pr > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / pr) : "")});
-      }
-      s.md += "\n";
-      s.html += svg::bar_chart(chart);
-    }
+using OpRows = std::vector<std::pair<BenchName, const BenchSamples*>>;
+
+// Our benchmarks and the peers', by op (probes are the reference, not rows).
+std::map<std::string, OpRows> rows_by_op(const Cell& c) {
+  std::map<std::string, OpRows> by_op;
+  for (const auto& b : c.bench) {
+    auto n = parse_bench(b.name);
+    if (n.kind == "ours" || n.kind == "peer") by_op[n.op].push_back({n, &b});
   }
-  if (!any) {
-    s.md += "No benchmarks in this run.\n\n";
-    s.html += "<p>No benchmarks in this run.</p>\n";
+  return by_op;
+}
+
+// The probe's GB/s at every thread count the rows use (a row is compared with the probe at its
+// own thread count), and `refs`, the line that says where each came from.
+std::map<std::string, double> probe_by_threads(const Cell& c, const Run& r, const std::map<std::string, OpRows>& by_op,
+                                               std::string& refs) {
+  std::set<std::string> thread_counts;
+  for (const auto& [op, rows] : by_op)
+    for (const auto& [n, b] : rows) thread_counts.insert(n.threads);
+  std::map<std::string, double> probe;  // threads -> GB/s
+  for (const std::string& t : thread_counts) {
+    std::string src;
+    probe[t] = probe_gbs(c, r, t, src);
+    refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") +
+            fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
   }
-  // Instruction counts are per kernel call on a small correctness shape (not the benchmark
-  // shapes), so they get their own short table rather than a column above.
+  return probe;
+}
+
+void append_not_run(Section& s, const Cell& c) {
+  if (c.bench_not_run.empty()) return;  // skipped peers and backends, with the benchmark's reason
+  s.md += "Not run:\n\n";
+  s.html += "<p>Not run:</p><ul>";
+  for (const std::string& l : c.bench_not_run) {
+    s.md += "- " + l + "\n";
+    s.html += "<li>" + escape(l) + "</li>";
+  }
+  s.md += "\n";
+  s.html += "</ul>\n";
+}
+
+// One op of a cell: a table row and a bar per benchmark, cases side by side (ours, then peers).
+void append_op(Section& s, const Cell& c, const std::string& op, OpRows& rows, std::map<std::string, double>& probe) {
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    auto ka = std::tie(a.first.dtype, a.first.entry, a.first.shape, a.first.threads, a.first.kind, a.first.impl);
+    auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.threads, b.first.kind, b.first.impl);
+    return ka < kb;
+  });
+  const double chart_ref = probe.rbegin()->second;
+  svg::BarChart chart;
+  chart.title = op + " (" + c.rec.str("name") + ")";
+  chart.unit = "GB/s";
+  chart.reference = chart_ref;
+  chart.reference_label = fmt("probe %.1f GB/s", chart_ref);
+  s.md += "#### " + op + "\n\n";
+  s.md +=
+      "| op case | threads | impl | median time | GB/s | % of probe | vs ours "
+      "|\n|---|---:|---|---:|---:|---:|---:|\n";
+  std::map<std::string, double> ours;  // case -> GB/s of our first backend
+  auto case_key = [](const BenchName& n) { return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads; };
+  for (const auto& [n, b] : rows)
+    if (n.kind == "ours" && !ours.count(case_key(n))) ours[case_key(n)] = b->bytes_per_second / 1e9;
+  for (const auto& [n, b] : rows) {
+    double gbs = b->bytes_per_second / 1e9;
+    double med = stats::median(b->ns);
+    const double pr = probe[n.threads];
+    const std::string tlabel = n.threads.empty() ? "" : " · " + n.threads + "T";
+    std::string label =
+        n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;
+    double base = ours[case_key(n)];
+    std::string vs = base > 0 ? fmt("%.2fx", gbs / base) : "—";
+    s.md += "| " + n.dtype + " " + n.entry + " " + n.shape + " | " + (n.threads.empty() ? "—" : n.threads) + " | " +
+            (n.kind == "peer" ? "peer " : "") + n.impl + " | " + fmt("%.4g us", med / 1e3) + " | " + fmt("%.2f", gbs) +
+            " | " + (pr > 0 ? fmt("%.0f %%", 100 * gbs / pr) : "—") + " | " + vs + " |\n";
+    chart.bars.push_back({label, gbs, n.kind == "peer" ? "#f28e2b" : "#4e79a7",
+                          fmt("%.2f GB/s", gbs) + (pr > 0 ? fmt(" (%.0f%% of probe)", 100 * gbs / pr) : "")});
+  }
+  s.md += "\n";
+  s.html += svg::bar_chart(chart);
+}
+
+// Instruction counts are per kernel call on a small correctness shape (not the benchmark
+// shapes), so they get their own short table rather than a column above.
+void append_instruction_counts(Section& s, const Run& r) {
   for (const auto& c : r.cells) {
     if (c.instr.empty()) continue;
     s.md += "### Instruction counts, cell `" + c.rec.str("name") +
@@ -424,6 +424,31 @@ Section performance(const Run& r) {
     s.md += "\n";
     s.html += "</table>\n";
   }
+}
+
+Section performance(const Run& r) {
+  Section s;
+  s.md = "## Performance\n\n";
+  s.html = "<h2 id=\"performance\">Performance: ops vs peers and the bandwidth probe</h2>\n";
+  bool any = false;
+  for (const auto& c : r.cells) {
+    std::map<std::string, OpRows> by_op = rows_by_op(c);
+    if (by_op.empty()) continue;
+    any = true;
+    std::string refs;
+    std::map<std::string, double> probe = probe_by_threads(c, r, by_op, refs);
+    s.md += "### cell `" + c.rec.str("name") + "` — bandwidth reference " + refs + "\n\n";
+    s.html += "<h3>cell <code>" + escape(c.rec.str("name")) + "</code></h3><p>Reference: " + escape(refs) +
+              ". Bars: median over repetitions of bytes an ideal kernel moves per second; orange = peer library; "
+              "% of probe at the benchmark's own thread count.</p>\n";
+    append_not_run(s, c);
+    for (auto& [op, rows] : by_op) append_op(s, c, op, rows, probe);
+  }
+  if (!any) {
+    s.md += "No benchmarks in this run.\n\n";
+    s.html += "<p>No benchmarks in this run.</p>\n";
+  }
+  append_instruction_counts(s, r);
   return s;
 }
 
