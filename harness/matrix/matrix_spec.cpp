@@ -117,177 +117,208 @@ std::string line_of(const std::string& path, const toml::node& n) {
   return path + ":" + std::to_string(n.source().begin.line);
 }
 
-}  // namespace
-
-MatrixSpec parse_matrix(const std::string& text, const std::string& path, const OptionCatalog& catalog,
-                        const OpManifest& manifest) {
-  toml::table doc;
+toml::table parse_toml(const std::string& text, const std::string& path) {
   try {
-    doc = toml::parse(text, path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw_toml_error(path, e);
   }
-  Ctx c{path, catalog, manifest};
-  MatrixSpec m;
-  m.path = path;
-  m.text = text;
+}
+
+// The top-level keys, schema, description and base options.
+void read_header(const Ctx& c, const toml::table& doc, MatrixSpec& m) {
   c.only_keys(doc, {"schema", "description", "base", "axis", "generate", "exclude", "cell", "run"}, "the matrix file");
   if (auto* s = doc.get("schema")) {
     if (s->value_exact<int64_t>().value_or(0) != 1) c.fail(*s, "unsupported schema (this opforge reads schema = 1)");
   }
   if (doc.get("description")) m.description = c.str(doc, "description", "", false);
   if (auto* b = doc.get("base")) m.base = c.options(*b);
+}
 
-  if (auto* a = doc.get("axis")) {
-    std::set<std::string> seen;
-    for (auto& node : c.array_of_tables(*a, "axis")) {
-      auto& t = *node.as_table();
-      c.only_keys(t, {"option", "select", "values"}, "[[axis]]");
-      std::string key = t.get("select") ? c.str(t, "select", "[[axis]]", true)
-                                        : c.str(t, "option", "[[axis]] (option or select)", true);
-      for (const auto& name : c.expand(key, node)) {
-        if (!seen.insert(name).second) continue;  // a group and an explicit axis may overlap
-        const auto& opt = *catalog.find(name);
-        Axis ax{name, {}};
-        if (auto* vals = t.get("values")) {
-          auto* arr = vals->as_array();
-          if (!arr || arr->empty()) c.fail(*vals, "'values' must be a non-empty array");
-          for (auto& v : *arr) ax.literals.push_back(c.literal(v, opt));
-        } else if (opt.type == "combo") {
-          for (const auto& ch : opt.choices) ax.literals.push_back(literal_from_json(json::Value(ch)));
-        } else if (opt.type == "boolean") {
-          ax.literals = {"true", "false"};
-        } else {
-          c.fail(node, "axis '" + name + "' (" + opt.type + ") needs explicit 'values'");
-        }
-        if (m.base.count(name)) c.fail(node, "'" + name + "' is both a base option and an axis");
-        m.axes.push_back(std::move(ax));
-      }
+// Explicit values, else every choice of a combo, else both booleans.
+std::vector<std::string> axis_literals(const Ctx& c, const toml::table& t, const toml::node& node,
+                                       const std::string& name, const MesonOption& opt) {
+  std::vector<std::string> literals;
+  if (auto* vals = t.get("values")) {
+    auto* arr = vals->as_array();
+    if (!arr || arr->empty()) c.fail(*vals, "'values' must be a non-empty array");
+    for (auto& v : *arr) literals.push_back(c.literal(v, opt));
+  } else if (opt.type == "combo") {
+    for (const auto& ch : opt.choices) literals.push_back(literal_from_json(json::Value(ch)));
+  } else if (opt.type == "boolean") {
+    literals = {"true", "false"};
+  } else {
+    c.fail(node, "axis '" + name + "' (" + opt.type + ") needs explicit 'values'");
+  }
+  return literals;
+}
+
+void read_axes(const Ctx& c, const toml::node& axes, MatrixSpec& m) {
+  std::set<std::string> seen;
+  for (auto& node : c.array_of_tables(axes, "axis")) {
+    auto& t = *node.as_table();
+    c.only_keys(t, {"option", "select", "values"}, "[[axis]]");
+    std::string key = t.get("select") ? c.str(t, "select", "[[axis]]", true)
+                                      : c.str(t, "option", "[[axis]] (option or select)", true);
+    for (const auto& name : c.expand(key, node)) {
+      if (!seen.insert(name).second) continue;  // a group and an explicit axis may overlap
+      Axis ax{name, axis_literals(c, t, node, name, *c.catalog.find(name))};
+      if (m.base.count(name)) c.fail(node, "'" + name + "' is both a base option and an axis");
+      m.axes.push_back(std::move(ax));
     }
   }
+}
 
-  if (auto* g = doc.get("generate")) {
-    auto* t = g->as_table();
-    if (!t) c.fail(*g, "[generate] must be a table");
-    c.only_keys(*t, {"method", "constraints"}, "[generate]");
-    m.generate = c.str(*t, "method", "[generate]", true);
-    if (m.generate != "pairwise") c.fail(*t->get("method"), "unknown method '" + m.generate + "' (known: pairwise)");
-    if (m.axes.size() < 2) c.fail(*g, "pairwise generation needs at least two axes");
-    if (auto* cons = t->get("constraints")) {
-      auto* arr = cons->as_array();
-      if (!arr) c.fail(*cons, "'constraints' must be an array of names");
-      for (auto& n : *arr) {
-        auto name = n.value_exact<std::string>().value_or("");
-        if (name != "enabled-op-needs-backend")
-          c.fail(n, "unknown constraint '" + name + "' (known: enabled-op-needs-backend)");
-        // configure stops when an enabled op has none of its declared backends (kernels/meson.build)
-        for (const auto& op : manifest.ops) {
-          Rule r;
-          r.when[op.name] = "'enabled'";
-          for (const auto& b : op.backends)
-            if (catalog.find(b)) r.when[b] = "'disabled'";
-          r.reason = "op '" + op.name + "' enabled with all its backends disabled stops configure by design";
-          r.where = line_of(path, n);
-          m.excludes.push_back(std::move(r));
-        }
-      }
+// Configure stops when an enabled op has none of its declared backends (kernels/meson.build), so
+// the constraint excludes, per op, the op enabled with all its backends disabled.
+void add_enabled_op_needs_backend_rules(const Ctx& c, const toml::node& n, MatrixSpec& m) {
+  for (const auto& op : c.manifest.ops) {
+    Rule r;
+    r.when[op.name] = "'enabled'";
+    for (const auto& b : op.backends)
+      if (c.catalog.find(b)) r.when[b] = "'disabled'";
+    r.reason = "op '" + op.name + "' enabled with all its backends disabled stops configure by design";
+    r.where = line_of(c.path, n);
+    m.excludes.push_back(std::move(r));
+  }
+}
+
+void read_generate(const Ctx& c, const toml::node& g, MatrixSpec& m) {
+  auto* t = g.as_table();
+  if (!t) c.fail(g, "[generate] must be a table");
+  c.only_keys(*t, {"method", "constraints"}, "[generate]");
+  m.generate = c.str(*t, "method", "[generate]", true);
+  if (m.generate != "pairwise") c.fail(*t->get("method"), "unknown method '" + m.generate + "' (known: pairwise)");
+  if (m.axes.size() < 2) c.fail(g, "pairwise generation needs at least two axes");
+  if (auto* cons = t->get("constraints")) {
+    auto* arr = cons->as_array();
+    if (!arr) c.fail(*cons, "'constraints' must be an array of names");
+    for (auto& n : *arr) {
+      auto name = n.value_exact<std::string>().value_or("");
+      if (name != "enabled-op-needs-backend")
+        c.fail(n, "unknown constraint '" + name + "' (known: enabled-op-needs-backend)");
+      add_enabled_op_needs_backend_rules(c, n, m);
     }
   }
+}
 
-  if (auto* ex = doc.get("exclude")) {
-    for (auto& node : c.array_of_tables(*ex, "exclude")) {
-      auto& t = *node.as_table();
-      c.only_keys(t, {"when", "reason"}, "[[exclude]]");
-      Rule r;
-      if (!t.get("when")) c.fail(node, "[[exclude]] needs 'when'");
-      r.when = c.options(*t.get("when"));
-      r.reason = c.str(t, "reason", "[[exclude]]", true);
-      r.where = line_of(path, node);
-      m.excludes.push_back(std::move(r));
+void read_excludes(const Ctx& c, const toml::node& excludes, MatrixSpec& m) {
+  for (auto& node : c.array_of_tables(excludes, "exclude")) {
+    auto& t = *node.as_table();
+    c.only_keys(t, {"when", "reason"}, "[[exclude]]");
+    Rule r;
+    if (!t.get("when")) c.fail(node, "[[exclude]] needs 'when'");
+    r.when = c.options(*t.get("when"));
+    r.reason = c.str(t, "reason", "[[exclude]]", true);
+    r.where = line_of(c.path, node);
+    m.excludes.push_back(std::move(r));
+  }
+}
+
+void add_named_cell(const Ctx& c, const toml::node& node, std::set<std::string>& names, NamedCell cell, MatrixSpec& m) {
+  if (!names.insert(cell.name).second) c.fail(node, "duplicate cell name '" + cell.name + "'");
+  cell.where = line_of(c.path, node);
+  m.cells.push_back(std::move(cell));
+}
+
+// Every feature the matrix varies, every op and every backend on; the cell's own options win.
+Options all_on_corner_options(const Ctx& c, const MatrixSpec& m, const Options& opts) {
+  Options o;
+  for (const auto& ax : m.axes)
+    if (c.catalog.find(ax.option)->feature()) o[ax.option] = "'enabled'";
+  for (const auto& op : c.manifest.ops) o[op.name] = "'enabled'";
+  for (const auto& b : c.manifest.backends()) o[b] = "'enabled'";
+  for (const auto& [k, v] : opts) o[k] = v;
+  return o;
+}
+
+// Every op off but one, for each op; the cell's own options win.
+void add_one_op_corner_cells(const Ctx& c, const toml::node& node, std::set<std::string>& names,
+                             const std::string& name, const Options& opts, MatrixSpec& m) {
+  for (const auto& op : c.manifest.ops) {
+    Options o;
+    for (const auto& other : c.manifest.ops) o[other.name] = other.name == op.name ? "'enabled'" : "'disabled'";
+    for (const auto& [k, v] : opts) o[k] = v;
+    add_named_cell(c, node, names, {name + "-" + op.name, "corner:one-op", o, ""}, m);
+  }
+}
+
+void read_cells(const Ctx& c, const toml::node& cells, MatrixSpec& m) {
+  std::set<std::string> names;
+  for (auto& node : c.array_of_tables(cells, "cell")) {
+    auto& t = *node.as_table();
+    c.only_keys(t, {"name", "options", "corner"}, "[[cell]]");
+    Options opts = t.get("options") ? c.options(*t.get("options")) : Options{};
+    std::string corner = t.get("corner") ? c.str(t, "corner", "[[cell]]", true) : "";
+    std::string name = t.get("name") ? c.str(t, "name", "[[cell]]", true) : corner;
+    if (name.empty()) c.fail(node, "[[cell]] needs 'name' (or 'corner')");
+    if (corner.empty()) {
+      add_named_cell(c, node, names, {name, "cell", opts, ""}, m);
+    } else if (corner == "all-on") {
+      add_named_cell(c, node, names, {name, "corner:all-on", all_on_corner_options(c, m, opts), ""}, m);
+    } else if (corner == "one-op") {
+      add_one_op_corner_cells(c, node, names, name, opts, m);
+    } else {
+      c.fail(*t.get("corner"), "unknown corner '" + corner + "' (known: all-on, one-op)");
     }
   }
+}
 
-  if (auto* cells = doc.get("cell")) {
-    std::set<std::string> names;
-    for (auto& node : c.array_of_tables(*cells, "cell")) {
-      auto& t = *node.as_table();
-      c.only_keys(t, {"name", "options", "corner"}, "[[cell]]");
-      Options opts = t.get("options") ? c.options(*t.get("options")) : Options{};
-      std::string corner = t.get("corner") ? c.str(t, "corner", "[[cell]]", true) : "";
-      std::string name = t.get("name") ? c.str(t, "name", "[[cell]]", true) : corner;
-      if (name.empty()) c.fail(node, "[[cell]] needs 'name' (or 'corner')");
-      auto add = [&](NamedCell cell) {
-        if (!names.insert(cell.name).second) c.fail(node, "duplicate cell name '" + cell.name + "'");
-        cell.where = line_of(path, node);
-        m.cells.push_back(std::move(cell));
-      };
-      auto features_of_axes = [&]() {
-        std::vector<std::string> f;
-        for (const auto& ax : m.axes)
-          if (catalog.find(ax.option)->feature()) f.push_back(ax.option);
-        return f;
-      };
-      if (corner.empty()) {
-        add({name, "cell", opts, ""});
-      } else if (corner == "all-on") {
-        // every feature the matrix varies, on
-        Options o;
-        for (const auto& f : features_of_axes()) o[f] = "'enabled'";
-        for (const auto& op : manifest.ops) o[op.name] = "'enabled'";
-        for (const auto& b : manifest.backends()) o[b] = "'enabled'";
-        for (const auto& [k, v] : opts) o[k] = v;
-        add({name, "corner:all-on", o, ""});
-      } else if (corner == "one-op") {
-        // every op off but one, for each op
-        for (const auto& op : manifest.ops) {
-          Options o;
-          for (const auto& other : manifest.ops) o[other.name] = other.name == op.name ? "'enabled'" : "'disabled'";
-          for (const auto& [k, v] : opts) o[k] = v;
-          add({name + "-" + op.name, "corner:one-op", o, ""});
-        }
-      } else {
-        c.fail(*t.get("corner"), "unknown corner '" + corner + "' (known: all-on, one-op)");
-      }
+void read_run_timeouts(const Ctx& c, const toml::node& to, RunSettings& run) {
+  auto* tt = to.as_table();
+  if (!tt) c.fail(to, "[run.timeouts] must be a table of step = seconds");
+  for (auto&& [k, v] : *tt) {
+    std::string step(k.str());
+    if (!run.timeouts.count(step))
+      c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, callgrind, chakra)");
+    auto s = v.value<double>();
+    if (!s || *s <= 0) c.fail(v, "timeout must be a positive number of seconds");
+    run.timeouts[step] = *s;
+  }
+}
+
+void read_run_settings(const Ctx& c, const toml::node& r, RunSettings& run) {
+  auto* t = r.as_table();
+  if (!t) c.fail(r, "[run] must be a table");
+  c.only_keys(*t, {"bench", "callgrind", "bench_args", "timeouts"}, "[run]");
+  if (auto* b = t->get("bench")) {
+    auto v = b->value_exact<bool>();
+    if (!v) c.fail(*b, "'bench' must be true or false");
+    run.bench = *v;
+  }
+  if (auto* b = t->get("callgrind")) {
+    auto v = b->value_exact<bool>();
+    if (!v) c.fail(*b, "'callgrind' must be true or false");
+    run.callgrind = *v;
+  }
+  if (auto* a = t->get("bench_args")) {
+    auto* arr = a->as_array();
+    if (!arr) c.fail(*a, "'bench_args' must be an array of strings");
+    run.bench_args.clear();
+    for (auto& e : *arr) {
+      auto s = e.value_exact<std::string>();
+      if (!s) c.fail(e, "'bench_args' must be an array of strings");
+      run.bench_args.push_back(*s);
     }
   }
+  if (auto* to = t->get("timeouts")) read_run_timeouts(c, *to, run);
+}
 
-  if (auto* r = doc.get("run")) {
-    auto* t = r->as_table();
-    if (!t) c.fail(*r, "[run] must be a table");
-    c.only_keys(*t, {"bench", "callgrind", "bench_args", "timeouts"}, "[run]");
-    if (auto* b = t->get("bench")) {
-      auto v = b->value_exact<bool>();
-      if (!v) c.fail(*b, "'bench' must be true or false");
-      m.run.bench = *v;
-    }
-    if (auto* b = t->get("callgrind")) {
-      auto v = b->value_exact<bool>();
-      if (!v) c.fail(*b, "'callgrind' must be true or false");
-      m.run.callgrind = *v;
-    }
-    if (auto* a = t->get("bench_args")) {
-      auto* arr = a->as_array();
-      if (!arr) c.fail(*a, "'bench_args' must be an array of strings");
-      m.run.bench_args.clear();
-      for (auto& e : *arr) {
-        auto s = e.value_exact<std::string>();
-        if (!s) c.fail(e, "'bench_args' must be an array of strings");
-        m.run.bench_args.push_back(*s);
-      }
-    }
-    if (auto* to = t->get("timeouts")) {
-      auto* tt = to->as_table();
-      if (!tt) c.fail(*to, "[run.timeouts] must be a table of step = seconds");
-      for (auto&& [k, v] : *tt) {
-        std::string step(k.str());
-        if (!m.run.timeouts.count(step))
-          c.fail(v, "unknown step '" + step + "' (setup, compile, test, inventory, bench, callgrind, chakra)");
-        auto s = v.value<double>();
-        if (!s || *s <= 0) c.fail(v, "timeout must be a positive number of seconds");
-        m.run.timeouts[step] = *s;
-      }
-    }
-  }
+}  // namespace
+
+MatrixSpec parse_matrix(const std::string& text, const std::string& path, const OptionCatalog& catalog,
+                        const OpManifest& manifest) {
+  toml::table doc = parse_toml(text, path);
+  Ctx c{path, catalog, manifest};
+  MatrixSpec m;
+  m.path = path;
+  m.text = text;
+  read_header(c, doc, m);
+  if (auto* a = doc.get("axis")) read_axes(c, *a, m);
+  if (auto* g = doc.get("generate")) read_generate(c, *g, m);
+  if (auto* ex = doc.get("exclude")) read_excludes(c, *ex, m);
+  if (auto* cells = doc.get("cell")) read_cells(c, *cells, m);
+  if (auto* r = doc.get("run")) read_run_settings(c, *r, m.run);
   if (m.cells.empty() && m.generate.empty()) throw Error(path + ":1: the matrix has no [[cell]] and no [generate]");
   return m;
 }

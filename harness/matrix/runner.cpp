@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -295,6 +296,43 @@ void step_callgrind(CellRun& c) {
   fs::remove_all(tmp, ec);
 }
 
+// `opforge chakra regress` without a JSON option: the per-trace lines (`ok   <case>`,
+// `FAIL <case>` + indented differences, `SKIP <case>`) of its output, recorded as
+// opforge.chakra-regress/1 (nothing is written when there is no such line).
+void write_regress_json_from_log(const std::string& log_path, double seconds, const std::string& out) {
+  std::string text;
+  files::read_if_exists(log_path, text);
+  static const std::regex line_re(R"(^(ok|FAIL|SKIP)\s+(\S+)\s*$)");
+  json::Value traces = json::Array{};
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string::npos) e = text.size();
+    std::string l = text.substr(pos, e - pos);
+    pos = e + 1;
+    std::smatch m;
+    if (std::regex_match(l, m, line_re)) {
+      json::Value t;
+      t.set("trace", m[2].str());
+      t.set("status", m[1] == "ok" ? "pass" : m[1] == "FAIL" ? "fail" : "skip");
+      t.set("messages", json::Array{});
+      traces.push(t);
+    } else if (l.rfind("     ", 0) == 0 && !traces.as_array().empty()) {
+      json::Value msgs = traces.array().back().get("messages");
+      msgs.push(l.substr(5));
+      traces.array().back().set("messages", msgs);
+    }
+  }
+  if (!traces.as_array().empty()) {
+    json::Value doc;
+    doc.set("schema", "opforge.chakra-regress/1");
+    doc.set("source", "parsed from the output of `opforge chakra regress` (it reports no timings)");
+    doc.set("seconds_total", seconds);
+    doc.set("traces", traces);
+    files::write_atomic(out, json::dump(doc));
+  }
+}
+
 void step_chakra(CellRun& c) {
   if (c.blocked) return c.skip("chakra", "build failed");
   std::string opforge = c.build + "/harness/opforge";
@@ -317,39 +355,7 @@ void step_chakra(CellRun& c) {
   if (fs::exists(out + ".partial", ec)) {
     fs::rename(out + ".partial", out, ec);
   } else {
-    // no JSON option: the per-trace lines (`ok   <case>`, `FAIL <case>` + indented differences,
-    // `SKIP <case>`) of its output, recorded as opforge.chakra-regress/1
-    std::string text;
-    files::read_if_exists(c.dir + "/" + s.log, text);
-    static const std::regex line_re(R"(^(ok|FAIL|SKIP)\s+(\S+)\s*$)");
-    json::Value traces = json::Array{};
-    size_t pos = 0;
-    while (pos < text.size()) {
-      size_t e = text.find('\n', pos);
-      if (e == std::string::npos) e = text.size();
-      std::string l = text.substr(pos, e - pos);
-      pos = e + 1;
-      std::smatch m;
-      if (std::regex_match(l, m, line_re)) {
-        json::Value t;
-        t.set("trace", m[2].str());
-        t.set("status", m[1] == "ok" ? "pass" : m[1] == "FAIL" ? "fail" : "skip");
-        t.set("messages", json::Array{});
-        traces.push(t);
-      } else if (l.rfind("     ", 0) == 0 && !traces.as_array().empty()) {
-        json::Value msgs = traces.array().back().get("messages");
-        msgs.push(l.substr(5));
-        traces.array().back().set("messages", msgs);
-      }
-    }
-    if (!traces.as_array().empty()) {
-      json::Value doc;
-      doc.set("schema", "opforge.chakra-regress/1");
-      doc.set("source", "parsed from the output of `opforge chakra regress` (it reports no timings)");
-      doc.set("seconds_total", s.seconds);
-      doc.set("traces", traces);
-      files::write_atomic(out, json::dump(doc));
-    }
+    write_regress_json_from_log(c.dir + "/" + s.log, s.seconds, out);
   }
   if (fs::exists(out, ec)) c.record.set("chakra", "chakra/regress.json");
   if (!ok) {
@@ -463,6 +469,194 @@ json::Value cells_json(const Plan& plan) {
   return a;
 }
 
+// The run directory, absolute; a resumed run's own plan and manifest are read back from it.
+std::string open_run_dir(PlanSource& ps, const RunOptions& opt, json::Value& manifest) {
+  std::string run_dir = opt.run_dir;
+  if (opt.resume) {
+    ps.plan = Plan::from_json(json::parse_file(run_dir + "/plan.json"), run_dir + "/plan.json");
+    manifest = json::parse_file(run_dir + "/run.json");
+  } else {
+    if (run_dir.empty()) run_dir = ps.source_dir + "/results/runs/" + utc_stamp() + "-" + host_name();
+    if (files::exists(run_dir + "/run.json")) throw Error(run_dir + ": a run is already recorded here (use --resume)");
+    files::make_dirs(run_dir);
+  }
+  return fs::absolute(run_dir).lexically_normal().string();
+}
+
+// The plan's cells that --cell names (all without it), in plan order.
+std::vector<const Cell*> select_cells(const Plan& plan, const RunOptions& opt) {
+  std::vector<const Cell*> todo;
+  for (const auto& c : plan.cells) {
+    bool wanted = opt.cells.empty();
+    for (const auto& k : opt.cells) wanted = wanted || k == c.id || k == c.name;
+    if (wanted) todo.push_back(&c);
+  }
+  for (const auto& k : opt.cells)
+    if (!plan.find(k)) throw Error("no cell '" + k + "' in " + plan.matrix_path + " (see `opforge matrix plan`)");
+  return todo;
+}
+
+// What a new run is: source, toolchain, machine, matrix and cells; writes plan.json.
+void record_new_run(json::Value& manifest, const PlanSource& ps, const std::string& run_dir, const RunOptions& opt) {
+  manifest.set("schema", "opforge.run/1");
+  manifest.set("run", fs::path(run_dir).filename().string());
+  manifest.set("created_utc", utc_iso());
+  manifest.set("source_dir", ps.source_dir);
+  manifest.set("git", git_state(ps.source_dir));
+  manifest.set("toolchain", toolchain_versions());
+  manifest.set("toolchain_identity", ps.plan.toolchain);
+  manifest.set("machine", machine_facts());
+  if (opt.measure_bandwidth) manifest.set("bandwidth", bandwidth_probe());
+  json::Value m;
+  m.set("file", ps.plan.matrix_path);
+  m.set("sha256", hash::sha256_hex(ps.plan.matrix_text));
+  m.set("cartesian_cells", ps.plan.cartesian);
+  m.set("planned_cells", int64_t(ps.plan.cells.size()));
+  manifest.set("matrix", m);
+  manifest.set("cells", cells_json(ps.plan));
+  files::write_atomic(run_dir + "/plan.json", json::dump(ps.plan.to_json()));
+}
+
+void record_resumption(json::Value& manifest) {
+  json::Value r = manifest.get("resumed_utc").is_array() ? manifest.get("resumed_utc") : json::Value(json::Array{});
+  r.push(utc_iso());
+  manifest.set("resumed_utc", r);
+}
+
+json::Value settings_json(const Plan& plan, const RunOptions& opt, bool bench) {
+  json::Value settings;
+  settings.set("jobs", opt.jobs);
+  settings.set("bench", bench);
+  settings.set("callgrind", plan.run.callgrind);
+  json::Value bargs = json::Array{};
+  for (const auto& a : plan.run.bench_args) bargs.push(a);
+  settings.set("bench_args", bargs);
+  json::Value to = json::Object{};
+  for (const auto& [k, s] : plan.run.timeouts) to.set(k, opt.step_timeout > 0 ? opt.step_timeout : s);
+  settings.set("timeouts", to);
+  return settings;
+}
+
+struct StopHandlers {
+  struct sigaction old_int {};
+  struct sigaction old_term {};
+};
+
+// SIGINT/SIGTERM stop the running steps (a second one exits at once); the old handlers come back
+// with restore_stop_handlers.
+StopHandlers install_stop_handlers() {
+  StopHandlers old;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  g_stop = false;
+  g_signals = 0;
+  sigaction(SIGINT, &sa, &old.old_int);
+  sigaction(SIGTERM, &sa, &old.old_term);
+  return old;
+}
+
+void restore_stop_handlers(const StopHandlers& old) {
+  sigaction(SIGINT, &old.old_int, nullptr);
+  sigaction(SIGTERM, &old.old_term, nullptr);
+}
+
+// --resume keeps the cells the interrupted run finished and runs the others.
+std::vector<const Cell*> cells_left_to_run(const std::vector<const Cell*>& todo, const RunOptions& opt,
+                                           const std::string& run_dir, RunSummary& sum) {
+  std::vector<const Cell*> pending;
+  for (const auto* c : todo) {
+    if (opt.resume && cell_finished(run_dir + "/cells/" + c->id)) {
+      ++sum.skipped_finished;
+      std::fprintf(stderr, "done  %s (%s): finished in the interrupted run, kept\n", c->name.c_str(), c->id.c_str());
+    } else {
+      pending.push_back(c);
+    }
+  }
+  return pending;
+}
+
+// What the workers share: the cells to run, taken in order through `next`, and the counts.
+struct CellQueue {
+  const PlanSource& ps;
+  const OpManifest& manifest_ops;
+  const RunOptions& opt;
+  const std::string& run_dir;
+  const std::vector<const Cell*>& todo;
+  const std::vector<const Cell*>& pending;
+  bool bench;
+  int build_jobs;
+  Progress& progress;
+  RunSummary& sum;
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+};
+
+// An unexpected harness error in one cell is recorded as its cell.json; the run goes on.
+std::string run_cell_recording_errors(CellQueue& q, const Cell& cell, int slot) {
+  CellRun c(q.ps, q.manifest_ops, cell, q.opt, q.progress);
+  c.index = int(std::find(q.todo.begin(), q.todo.end(), &cell) - q.todo.begin()) + 1;
+  c.slot = slot;
+  c.bench = q.bench;
+  c.callgrind = q.ps.plan.run.callgrind;
+  c.build_jobs = q.build_jobs;
+  c.dir = q.run_dir + "/cells/" + cell.id;
+  c.build = c.dir + "/build";
+  try {
+    return run_cell(c);
+  } catch (const std::exception& e) {
+    json::Value cj;
+    cj.set("schema", "opforge.cell/1");
+    cj.set("id", cell.id);
+    cj.set("name", cell.name);
+    cj.set("options", options_json(cell.options));
+    cj.set("status", "fail");
+    cj.set("error", e.what());
+    cj.set("steps", steps_json(c.steps));
+    files::write_atomic(c.dir + "/cell.json", json::dump(cj));
+    q.progress.done(slot, "FAIL  cell " + cell.name + ": " + e.what());
+    return "fail";
+  }
+}
+
+void work_through_cells(CellQueue& q, int slot) {
+  while (!g_stop) {
+    size_t k = q.next.fetch_add(1);
+    if (k >= q.pending.size()) break;
+    std::string st = run_cell_recording_errors(q, *q.pending[k], slot);
+    std::lock_guard<std::mutex> lk(q.mu);
+    if (st == "pass") ++q.sum.passed;
+    else if (st == "fail") ++q.sum.failed;
+  }
+}
+
+void run_cells_on_workers(CellQueue& q, int jobs) {
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) threads.emplace_back(work_through_cells, std::ref(q), j);
+  for (auto& t : threads) t.join();
+}
+
+// Run-level records from every finished cell on disk, this session's and earlier ones'.
+void record_run_outcome(json::Value& manifest, const Plan& plan, const std::string& run_dir, bool interrupted) {
+  json::Value debt = gpu_debt_ledger(run_dir, manifest.get("git").str("sha"));
+  const auto& items = debt.get("items");
+  int passed = 0, failed = 0;
+  for (const auto& cell : finished_cells(run_dir)) (cell.str("status") == "pass" ? passed : failed)++;
+  files::write_atomic(run_dir + "/gpu_debt.json", json::dump(debt));
+  json::Value s;
+  s.set("cells_planned", int64_t(plan.cells.size()));
+  s.set("cells_finished", passed + failed);
+  s.set("passed", passed);
+  s.set("failed", failed);
+  s.set("gpu_debt", int64_t(items.as_array().size()));
+  manifest.set("summary", s);
+  manifest.set("status", interrupted                                 ? "interrupted"
+                         : passed + failed == int(plan.cells.size()) ? "finished"
+                                                                     : "partial");
+  manifest.set("updated_utc", utc_iso());
+  files::write_atomic(run_dir + "/run.json", json::dump(manifest));
+}
+
 }  // namespace
 
 std::string chakra_no_work_reason(const std::vector<ChakraOutcome>& traces) {
@@ -477,156 +671,37 @@ void request_stop() { g_stop = true; }
 RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   PlanSource ps = ps_in;
   RunSummary sum;
-  std::string run_dir = opt.run_dir;
   json::Value manifest;
-  if (opt.resume) {
-    ps.plan = Plan::from_json(json::parse_file(run_dir + "/plan.json"), run_dir + "/plan.json");
-    manifest = json::parse_file(run_dir + "/run.json");
-  } else {
-    if (run_dir.empty()) run_dir = ps.source_dir + "/results/runs/" + utc_stamp() + "-" + host_name();
-    if (files::exists(run_dir + "/run.json")) throw Error(run_dir + ": a run is already recorded here (use --resume)");
-    files::make_dirs(run_dir);
-  }
-  run_dir = fs::absolute(run_dir).lexically_normal().string();
+  const std::string run_dir = open_run_dir(ps, opt, manifest);
   sum.run_dir = run_dir;
   auto manifest_ops = OpManifest::read(ps.source_dir + "/kernels/manifest.toml");
-
-  std::vector<const Cell*> todo;
-  for (const auto& c : ps.plan.cells) {
-    bool wanted = opt.cells.empty();
-    for (const auto& k : opt.cells) wanted = wanted || k == c.id || k == c.name;
-    if (wanted) todo.push_back(&c);
-  }
-  for (const auto& k : opt.cells)
-    if (!ps.plan.find(k)) throw Error("no cell '" + k + "' in " + ps.plan.matrix_path + " (see `opforge matrix plan`)");
+  std::vector<const Cell*> todo = select_cells(ps.plan, opt);
   sum.total = int(todo.size());
 
-  // ---- run manifest, written before any cell so an interrupted run still says what it was
+  // the run manifest is written before any cell so an interrupted run still says what it was
   if (!opt.resume) {
-    manifest.set("schema", "opforge.run/1");
-    manifest.set("run", fs::path(run_dir).filename().string());
-    manifest.set("created_utc", utc_iso());
-    manifest.set("source_dir", ps.source_dir);
-    manifest.set("git", git_state(ps.source_dir));
-    manifest.set("toolchain", toolchain_versions());
-    manifest.set("toolchain_identity", ps.plan.toolchain);
-    manifest.set("machine", machine_facts());
-    if (opt.measure_bandwidth) manifest.set("bandwidth", bandwidth_probe());
-    json::Value m;
-    m.set("file", ps.plan.matrix_path);
-    m.set("sha256", hash::sha256_hex(ps.plan.matrix_text));
-    m.set("cartesian_cells", ps.plan.cartesian);
-    m.set("planned_cells", int64_t(ps.plan.cells.size()));
-    manifest.set("matrix", m);
-    manifest.set("cells", cells_json(ps.plan));
-    files::write_atomic(run_dir + "/plan.json", json::dump(ps.plan.to_json()));
+    record_new_run(manifest, ps, run_dir, opt);
   } else {
-    json::Value r = manifest.get("resumed_utc").is_array() ? manifest.get("resumed_utc") : json::Value(json::Array{});
-    r.push(utc_iso());
-    manifest.set("resumed_utc", r);
+    record_resumption(manifest);
   }
   bool bench = opt.bench < 0 ? ps.plan.run.bench : opt.bench > 0;
-  json::Value settings;
-  settings.set("jobs", opt.jobs);
-  settings.set("bench", bench);
-  settings.set("callgrind", ps.plan.run.callgrind);
-  json::Value bargs = json::Array{};
-  for (const auto& a : ps.plan.run.bench_args) bargs.push(a);
-  settings.set("bench_args", bargs);
-  json::Value to = json::Object{};
-  for (const auto& [k, s] : ps.plan.run.timeouts) to.set(k, opt.step_timeout > 0 ? opt.step_timeout : s);
-  settings.set("timeouts", to);
-  manifest.set("settings", settings);
+  manifest.set("settings", settings_json(ps.plan, opt, bench));
   manifest.set("status", "running");
   manifest.set("updated_utc", utc_iso());
   files::write_atomic(run_dir + "/run.json", json::dump(manifest));
 
-  // ---- cells
-  struct sigaction sa {
-  }, old_int{}, old_term{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  g_stop = false;
-  g_signals = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-
-  std::vector<const Cell*> pending;
-  for (const auto* c : todo) {
-    if (opt.resume && cell_finished(run_dir + "/cells/" + c->id)) {
-      ++sum.skipped_finished;
-      std::fprintf(stderr, "done  %s (%s): finished in the interrupted run, kept\n", c->name.c_str(), c->id.c_str());
-    } else {
-      pending.push_back(c);
-    }
-  }
+  StopHandlers old_handlers = install_stop_handlers();
+  std::vector<const Cell*> pending = cells_left_to_run(todo, opt, run_dir, sum);
   int jobs = std::max(1, opt.jobs);
   int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   Progress progress(int(todo.size()));
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  auto worker = [&](int slot) {
-    while (!g_stop) {
-      size_t k = next.fetch_add(1);
-      if (k >= pending.size()) break;
-      const Cell& cell = *pending[k];
-      int index = int(std::find(todo.begin(), todo.end(), &cell) - todo.begin()) + 1;
-      CellRun c(ps, manifest_ops, cell, opt, progress);
-      c.index = index;
-      c.slot = slot;
-      c.bench = bench;
-      c.callgrind = ps.plan.run.callgrind;
-      c.build_jobs = std::max(1, cores / jobs);
-      c.dir = run_dir + "/cells/" + cell.id;
-      c.build = c.dir + "/build";
-      std::string st;
-      try {
-        st = run_cell(c);
-      } catch (const std::exception& e) {
-        // an unexpected harness error in one cell is recorded; the run goes on
-        json::Value cj;
-        cj.set("schema", "opforge.cell/1");
-        cj.set("id", cell.id);
-        cj.set("name", cell.name);
-        cj.set("options", options_json(cell.options));
-        cj.set("status", "fail");
-        cj.set("error", e.what());
-        cj.set("steps", steps_json(c.steps));
-        files::write_atomic(c.dir + "/cell.json", json::dump(cj));
-        progress.done(slot, "FAIL  cell " + cell.name + ": " + e.what());
-        st = "fail";
-      }
-      std::lock_guard<std::mutex> lk(mu);
-      if (st == "pass") ++sum.passed;
-      else if (st == "fail") ++sum.failed;
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker, j);
-  for (auto& t : threads) t.join();
+  CellQueue q{ps, manifest_ops, opt, run_dir, todo, pending, bench, std::max(1, cores / jobs), progress, sum, {0}, {}};
+  run_cells_on_workers(q, jobs);
   progress.stop();
   sum.interrupted = g_stop.load();
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  restore_stop_handlers(old_handlers);
 
-  // ---- run-level records
-  json::Value debt = gpu_debt_ledger(run_dir, manifest.get("git").str("sha"));
-  const auto& items = debt.get("items");
-  int passed = 0, failed = 0;
-  for (const auto& cell : finished_cells(run_dir)) (cell.str("status") == "pass" ? passed : failed)++;
-  files::write_atomic(run_dir + "/gpu_debt.json", json::dump(debt));
-  json::Value s;
-  s.set("cells_planned", int64_t(ps.plan.cells.size()));
-  s.set("cells_finished", passed + failed);
-  s.set("passed", passed);
-  s.set("failed", failed);
-  s.set("gpu_debt", int64_t(items.as_array().size()));
-  manifest.set("summary", s);
-  manifest.set("status", sum.interrupted                                ? "interrupted"
-                         : passed + failed == int(ps.plan.cells.size()) ? "finished"
-                                                                        : "partial");
-  manifest.set("updated_utc", utc_iso());
-  files::write_atomic(run_dir + "/run.json", json::dump(manifest));
+  record_run_outcome(manifest, ps.plan, run_dir, sum.interrupted);
   return sum;
 }
 
