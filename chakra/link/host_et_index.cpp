@@ -104,6 +104,8 @@ bool read_node_fields(dom::object obj, HostNodeIndex& n, StringPool& pool, const
 
 // One index read: the document (for error positions) and what its steps share.
 struct HostIndexer {
+  HostIndexer(const std::string& p, HostEtIndex& hi, const char* b) : path(p), h(hi), base(b) {}
+
   const std::string& path;
   HostEtIndex& h;
   const char* base;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <unordered_map>
+#include <utility>
 
 #include "input_error.h"
 #include "padded_input.h"
@@ -158,6 +159,9 @@ struct EventValues {
 
 // One read of a trace: the position for error messages and the interned tids, shared by its steps.
 struct TraceReader {
+  TraceReader(const std::string& p, const PaddedInput& i, KinetoTrace& t, EventReader r)
+      : path(p), in(i), tr(t), rd(std::move(r)) {}
+
   const std::string& path;
   const PaddedInput& in;
   KinetoTrace& tr;
