@@ -1,5 +1,6 @@
 // opforge — build matrices, kernel correctness/performance suites, Chakra trace tools.
 #include <cstdio>
+#include <exception>
 #include <map>
 
 #include "command.h"
@@ -71,6 +72,9 @@ int main(int argc, char** argv) {
     }
     return (*action)();
   } catch (const opf::Error& e) {
+    std::fprintf(stderr, "opforge: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // filesystem errors, bad_alloc: one line, not an abort
     std::fprintf(stderr, "opforge: %s\n", e.what());
     return 1;
   }

@@ -1,6 +1,7 @@
 #include "matrix/inventory.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
