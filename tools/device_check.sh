@@ -47,7 +47,7 @@ ARCH=${ARCH:-9.0}
 setup=(meson setup "$B")
 [ -d "$B/meson-private" ] && setup=(meson setup --reconfigure "$B")
 step build 280 bash -c '"$@" && ninja -C "$0"' "$B" "${setup[@]}" -Dcuda=enabled -Dhip=disabled \
-  "-Dcuda-arch=$ARCH" -Dmode=both -Dchakra=disabled -Dtests=enabled -Dbench=enabled "$@" ||
+  "-Darch_cuda=$ARCH" -Dmode=both -Dchakra=disabled -Dtests=enabled -Dbench=enabled "$@" ||
   { echo "build failed: see $OUT/build.log"; exit 1; }
 
 step ops 20 "$B/harness/opforge" ops

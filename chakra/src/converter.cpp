@@ -76,9 +76,9 @@ int comm_type_of(std::string_view name, bool extended) {
   return -1;
 }
 
-// OPF_CHAKRA_PROFILE=1 prints phase times to stderr (for tuning; benchmarks use the CLI)
+// OPFORGE_CHAKRA_PROFILE=1 prints phase times to stderr (for tuning; benchmarks use the CLI)
 struct PhaseTimer {
-  bool on = std::getenv("OPF_CHAKRA_PROFILE") != nullptr;
+  bool on = std::getenv("OPFORGE_CHAKRA_PROFILE") != nullptr;
   std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
   double cpu = cpu_ms();
   static double cpu_ms() {

@@ -84,7 +84,7 @@ struct HostTrace {
 
 struct ReadOptions {
   bool compat_reference = false;  // reject the schemas the reference rejects (1.0.1, 1.1.1-chakra.1.0.0)
-  unsigned parser_threads = 0;    // 0: min(4, cores); OPF_CHAKRA_THREADS overrides either
+  unsigned parser_threads = 0;    // 0: min(4, cores); OPFORGE_CHAKRA_THREADS overrides either
 };
 
 // Reads a host ET / linked JSON (optionally gzip), streaming: memory grows with the node

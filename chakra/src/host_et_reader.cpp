@@ -655,7 +655,7 @@ namespace {
 unsigned parser_worker_count(const ReadOptions& opt) {
   unsigned workers =
       opt.parser_threads ? opt.parser_threads : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
-  if (const char* t = std::getenv("OPF_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));  // tuning/benchmarks
+  if (const char* t = std::getenv("OPFORGE_CHAKRA_THREADS")) workers = std::max(1, std::atoi(t));  // tuning/benchmarks
   return workers;
 }
 
@@ -729,9 +729,9 @@ void read_metadata_member(od::parser& mparser, EtMetadata& meta, const std::stri
   }
 }
 
-// OPF_CHAKRA_PROFILE: the calling thread's share of the read, for tuning the split
+// OPFORGE_CHAKRA_PROFILE: the calling thread's share of the read, for tuning the split
 void report_split_cpu_time() {
-  if (!std::getenv("OPF_CHAKRA_PROFILE")) return;
+  if (!std::getenv("OPFORGE_CHAKRA_PROFILE")) return;
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   std::fprintf(stderr, "[chakra] split (main thread: inflate + split + copy) %.1f ms cpu\n",

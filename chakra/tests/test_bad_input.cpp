@@ -152,7 +152,7 @@ struct CliRun {
 };
 
 CliRun run_cli(const std::string& args) {
-  const char* bin = std::getenv("OPF_CHAKRA_CLI");
+  const char* bin = std::getenv("OPFORGE_EXE");
   std::string cmd = std::string(bin) + " " + args + " 2>&1 >/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -166,7 +166,7 @@ CliRun run_cli(const std::string& args) {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::getenv("OPF_CHAKRA_CLI")) GTEST_SKIP() << "OPF_CHAKRA_CLI (path of the opforge binary) not set";
+    if (!std::getenv("OPFORGE_EXE")) GTEST_SKIP() << "OPFORGE_EXE (path of the opforge binary) not set";
   }
 };
 

@@ -24,7 +24,7 @@ struct CliRun {
 
 CliRun run_cli(const std::string& args, const TempDir& td) {
   const std::string err = td.file("stderr.txt");
-  std::string cmd = std::string(std::getenv("OPF_CHAKRA_CLI")) + " " + args + " 2>" + err;
+  std::string cmd = std::string(std::getenv("OPFORGE_EXE")) + " " + args + " 2>" + err;
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -36,7 +36,7 @@ CliRun run_cli(const std::string& args, const TempDir& td) {
 class ManyFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::getenv("OPF_CHAKRA_CLI")) GTEST_SKIP() << "OPF_CHAKRA_CLI (path of the opforge binary) not set";
+    if (!std::getenv("OPFORGE_EXE")) GTEST_SKIP() << "OPFORGE_EXE (path of the opforge binary) not set";
   }
 };
 

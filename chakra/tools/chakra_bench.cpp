@@ -1,7 +1,7 @@
 // Benchmarks of the Chakra linker and converter at 1x / 10x / 100x (/ 1000x) input sizes,
 // with time and peak RSS per node. Inputs are made here from the real traces in chakra/tests/data/traces
 // with the project's own tools (scale: replicate the host ET; synth-kineto: seeded Kineto for
-// it) and cached under $OPF_CHAKRA_BENCH_DIR (default: /tmp/opf_chakra_bench).
+// it) and cached under $OPFORGE_CHAKRA_BENCH_DIR (default: /tmp/opf_chakra_bench).
 //   link    c102 (host_et_1.0.2, 261 CPU ops per copy) xN + synthetic Kineto  (reference: 514 s at x1000)
 //   link    resnet_et (14 k ops, 2 threads) xN + synthetic Kineto             (reference: 97 s at x10)
 //   convert hf_GPT2_et (27 k nodes) xN                                        (reference: 5.0 s x1, 47.5 s x10)
@@ -32,7 +32,7 @@ using namespace opf::chakra;
 std::string corpus() { return default_traces_dir(); }
 
 fs::path bench_dir() {
-  const char* env = std::getenv("OPF_CHAKRA_BENCH_DIR");
+  const char* env = std::getenv("OPFORGE_CHAKRA_BENCH_DIR");
   fs::path p = env && *env ? fs::path(env) : fs::temp_directory_path() / "opf_chakra_bench";
   fs::create_directories(p);
   return p;

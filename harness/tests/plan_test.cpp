@@ -120,13 +120,13 @@ TEST(Plan, IdsAreStableAndDependOnOptionsAndToolchain) {
 
 TEST(Plan, NativeFileSplitsBuiltinAndProjectOptions) {
   const auto& cat = catalog();
-  Cell c{"abc", "asan", "cell", {{"b_sanitize", "'address,undefined'"}, {"mode", "'jit'"}, {"cuda-arch", "['9.0']"}}};
+  Cell c{"abc", "asan", "cell", {{"b_sanitize", "'address,undefined'"}, {"mode", "'jit'"}, {"arch_cuda", "['9.0']"}}};
   auto nf = native_file(c, cat);
   auto bi = nf.find("[built-in options]"), pr = nf.find("[project options]");
   ASSERT_NE(bi, std::string::npos);
   ASSERT_NE(pr, std::string::npos);
   auto san = nf.find("b_sanitize = 'address,undefined'"), mode = nf.find("mode = 'jit'"),
-       arch = nf.find("cuda-arch = ['9.0']");
+       arch = nf.find("arch_cuda = ['9.0']");
   EXPECT_TRUE(san > bi && san < pr);
   EXPECT_TRUE(mode > pr && arch > pr);
 }

@@ -10,7 +10,7 @@
 namespace opf::detail {
 
 Availability cuda_availability();  // cached; dlopen("libcuda.so.1") + cuInit + cuDeviceGetCount
-// Arch the JIT targets: device 0's ("sm_90") when a device exists, else the last `cuda-arch`.
+// Arch the JIT targets: device 0's ("sm_90") when a device exists, else the last `arch_cuda`.
 std::string cuda_jit_arch();
 std::string nvrtc_version();  // "13.0", or "unavailable"
 std::vector<std::string> nvrtc_options(const JitSource& src, const std::string& arch);

@@ -10,7 +10,7 @@
 namespace opf::detail {
 
 Availability hip_availability();  // cached; dlopen(libamdhip64) + hipGetDeviceCount
-// Arch the JIT targets: device 0's ("gfx90a") when a device exists, else the last `hip_arch`.
+// Arch the JIT targets: device 0's ("gfx90a") when a device exists, else the last `arch_hip`.
 std::string hip_jit_arch();
 // Archs hiprtc 5.2 compiles; any other aborts the process, so hiprtc_compile refuses them.
 const std::vector<std::string>& hiprtc_known_archs();

@@ -141,8 +141,8 @@ struct Child {
 
 Child spawn_helper(const fs::path& dir, const std::string& tag, const std::string& op, bool run = true,
                    bool own_group = false) {
-  const char* helper = std::getenv("OPF_JIT_HELPER");
-  if (!helper) throw Error("OPF_JIT_HELPER is not set (meson test sets it)");
+  const char* helper = std::getenv("OPFORGE_JIT_HELPER");
+  if (!helper) throw Error("OPFORGE_JIT_HELPER is not set (meson test sets it)");
   Child c;
   c.out = dir / (tag + ".out");
   c.err = dir / (tag + ".err");
@@ -641,8 +641,8 @@ TEST_F(JitPchTest, MissingOrStalePchIsNotUsedAndItsContentIsInTheKey) {
   EXPECT_EQ(key(), k_none) << "a .gch the manifest does not describe was used";
 
   // Rebuilt in place from an edited header: new content, new identity, new key (same path).
-  const char* tool = std::getenv("OPF_JIT_PCH_TOOL");
-  ASSERT_NE(tool, nullptr) << "OPF_JIT_PCH_TOOL is not set (meson test sets it)";
+  const char* tool = std::getenv("OPFORGE_JIT_PCH_TOOL");
+  ASSERT_NE(tool, nullptr) << "OPFORGE_JIT_PCH_TOOL is not set (meson test sets it)";
   write_text(tmp / "edited_pch.h", text + "#include <map>\n");
   std::vector<std::string> args{tool, (tmp / "edited_pch.h").string(), copy.string(), (tmp / "pch.d").string(), "pch"};
   std::vector<char*> argv;

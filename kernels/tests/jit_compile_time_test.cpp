@@ -6,8 +6,8 @@
 // what a first call waits for is one pair's compile, timed cold for every pair (the op's number is
 // its slowest pair). The whole module (OPFORGE_JIT_SPECIALIZE=0: every pair in one compile) is
 // timed once beside it.
-//   OPF_JIT_TIME_REPS=n       cold compiles per pair (default 1: 30 compiles for 5 ops already)
-//   OPF_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
+//   OPFORGE_JIT_TIME_REPS=n       cold compiles per pair (default 1: 30 compiles for 5 ops already)
+//   OPFORGE_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <spawn.h>
@@ -140,9 +140,10 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   for (const auto& o : op_table())
     if (o.has_backend("cpu")) ops.push_back(&o);
   if (ops.empty()) GTEST_SKIP() << "no op with a cpu backend is enabled in this build";
-  const char* reps_env = std::getenv("OPF_JIT_TIME_REPS");
+  const char* reps_env = std::getenv("OPFORGE_JIT_TIME_REPS");
   const int reps = std::max(1, reps_env && *reps_env ? std::atoi(reps_env) : 1);
-  const bool no_pch_too = std::getenv("OPF_JIT_TIME_NO_PCH") && std::string(std::getenv("OPF_JIT_TIME_NO_PCH")) != "0";
+  const bool no_pch_too =
+      std::getenv("OPFORGE_JIT_TIME_NO_PCH") && std::string(std::getenv("OPFORGE_JIT_TIME_NO_PCH")) != "0";
 
   char tmpl[] = "/tmp/opforge-jit-time-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

@@ -29,7 +29,7 @@ namespace opf {
 namespace {
 
 void run_helper(const std::string& op, bool force_jit, benchmark::State& state) {
-  const char* helper = std::getenv("OPF_JIT_HELPER");
+  const char* helper = std::getenv("OPFORGE_JIT_HELPER");
   if (force_jit) ::setenv("OPFORGE_FORCE_JIT", "1", 1);
   else ::unsetenv("OPFORGE_FORCE_JIT");
   std::vector<std::string> args{helper, op, "cpu"};
@@ -90,8 +90,8 @@ void register_all() {
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
-  if (!std::getenv("OPF_JIT_HELPER")) {
-    std::fprintf(stderr, "loader_bench: OPF_JIT_HELPER is not set (meson test --benchmark sets it)\n");
+  if (!std::getenv("OPFORGE_JIT_HELPER")) {
+    std::fprintf(stderr, "loader_bench: OPFORGE_JIT_HELPER is not set (meson test --benchmark sets it)\n");
     return 2;
   }
   // meson points OPFORGE_CACHE_DIR at the build tree's JIT cache (shared with the suites, so

@@ -273,7 +273,7 @@ TEST(BadOptions, OneLineNamingTheOptionAndNoFiles) {
 // ---- through the binary: generate, then the project's own validate and simulate
 
 int run(const std::string& args, std::string* out = nullptr) {
-  std::string cmd = std::string(std::getenv("OPF_CHAKRA_CLI")) + " " + args + " 2>&1";
+  std::string cmd = std::string(std::getenv("OPFORGE_EXE")) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string text;
   char buf[4096];
@@ -284,7 +284,7 @@ int run(const std::string& args, std::string* out = nullptr) {
 }
 
 TEST(Cli, GeneratedFilesPassValidateAndSimulate) {
-  if (!std::getenv("OPF_CHAKRA_CLI")) GTEST_SKIP() << "OPF_CHAKRA_CLI (path of the opforge binary) not set";
+  if (!std::getenv("OPFORGE_EXE")) GTEST_SKIP() << "OPFORGE_EXE (path of the opforge binary) not set";
   TempDir td;
   std::string out;
   ASSERT_EQ(run("chakra generate --kind collectives --nodes 30 --ranks 2 --seed 3 -o " + td.file("c")), 0);

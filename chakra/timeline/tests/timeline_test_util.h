@@ -21,7 +21,7 @@ struct CliRun {
 
 // stderr of `opforge ARGS` (stdout dropped) and its exit status
 inline CliRun run_cli(const std::string& args) {
-  std::string cmd = std::string(std::getenv("OPF_CHAKRA_CLI")) + " " + args + " 2>&1 >/dev/null";
+  std::string cmd = std::string(std::getenv("OPFORGE_EXE")) + " " + args + " 2>&1 >/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -30,9 +30,9 @@ inline CliRun run_cli(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
 }
 
-#define OPF_REQUIRE_CLI()                                                                          \
-  do {                                                                                             \
-    if (!std::getenv("OPF_CHAKRA_CLI")) GTEST_SKIP() << "OPF_CHAKRA_CLI (opforge binary) not set"; \
+#define OPF_REQUIRE_CLI()                                                                    \
+  do {                                                                                       \
+    if (!std::getenv("OPFORGE_EXE")) GTEST_SKIP() << "OPFORGE_EXE (opforge binary) not set"; \
   } while (0)
 
 struct XEvent {

@@ -212,8 +212,8 @@ TEST(BadInput, OneLineNoOutputAndAnExistingOutputKept) {
 }
 
 TEST(Cli, ExitTwoOnBadInputZeroWithWarningsOnABrokenGraph) {
-  const char* bin = std::getenv("OPF_CHAKRA_CLI");
-  if (!bin) GTEST_SKIP() << "OPF_CHAKRA_CLI (path of the opforge binary) not set";
+  const char* bin = std::getenv("OPFORGE_EXE");
+  if (!bin) GTEST_SKIP() << "OPFORGE_EXE (path of the opforge binary) not set";
   TempDir td;
   auto run = [&](const std::string& args, std::string& err) {
     FILE* p = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");

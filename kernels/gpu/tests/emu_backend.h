@@ -2,7 +2,7 @@
 // kernel.cu (gpu_emulation.h), so tests go through the same GpuBackend (module loading),
 // GpuDevice (memory) and GpuModule (plans, argument checks, launches) as a real device. Used by
 // the launcher tests here and by the emulation sweep (harness/suites/emu_sweep_test.cpp).
-// OPF_EMU_DIR names the directory of the emulated modules (emu_<op>_w<warp>.so).
+// OPFORGE_EMU_DIR names the directory of the emulated modules (emu_<op>_w<warp>.so).
 #pragma once
 
 #include <dlfcn.h>
@@ -112,7 +112,7 @@ inline detail::GpuBackend<EmuApi>& emu_backend() {
 // One emulated code object per (op, warp size), opened once.
 inline const opf_module_info* emu_module(const OpInfo& op, int warp) {
   static std::map<std::string, const opf_module_info*> loaded;
-  const char* dir = std::getenv("OPF_EMU_DIR");
+  const char* dir = std::getenv("OPFORGE_EMU_DIR");
   const std::string path = std::string(dir ? dir : ".") + "/emu_" + op.name + "_w" + std::to_string(warp) + ".so";
   auto& slot = loaded[path];
   if (!slot) slot = emu_backend().open(op, path);

@@ -86,7 +86,7 @@ TEST(EmuLauncher, OpsLauncherRunsThroughTheContext) {
   const OpInfo* op = find_op("layer_norm");
   if (!op || (!op->has_backend("cuda") && !op->has_backend("hip")))
     GTEST_SKIP() << "layer_norm has no GPU backend here";
-  const char* dir = std::getenv("OPF_EMU_DIR");
+  const char* dir = std::getenv("OPFORGE_EMU_DIR");
   const std::string base = dir ? dir : ".";
   const opf_gpu_launcher* launcher = detail::open_launcher(*op, base + "/emu_layer_norm_launch.so");
   OpInfo other = *op;
