@@ -1,13 +1,12 @@
 // `opforge clean [--dry-run]`: removes opforge JIT cache entries and nothing else.
 //
 // Only what matches the cache layout and carries an opforge sidecar (published and failed
-// entries), abandoned build dirs and free lock files are touched (core/jit_cache.h decides);
+// entries), abandoned build dirs and free lock files are touched (the loader's cache API decides);
 // a user's file in the cache directory is never listed, let alone removed.
 #include <cstdio>
 #include <string>
 
 #include "command.h"
-#include "core/jit_cache.h"
 #include "opforge/loader.h"
 
 namespace opf::cli {
@@ -18,7 +17,7 @@ void add_clean_command(CLI::App& app) {
   sub->add_flag("--dry-run,-n", *dry_run, "List what would be removed; remove nothing");
   on_run(sub, [dry_run] {
     const std::string root = cache_root();
-    const auto items = detail::jit::list_cache(root);
+    const auto items = list_cache_items(root);
     if (items.empty()) {
       std::printf("no opforge cache entries in %s\n", root.c_str());
       return 0;
@@ -27,7 +26,7 @@ void add_clean_command(CLI::App& app) {
     int failed = 0;
     for (const auto& it : items) {
       const char* verb = *dry_run ? "would remove" : "removed";
-      if (!*dry_run && !detail::jit::remove_cache_item(it)) {
+      if (!*dry_run && !remove_cache_item(it)) {
         std::fprintf(stderr, "opforge: could not remove %s\n", it.path.c_str());
         ++failed;
         continue;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "opforge/loader.h"
 
 namespace opf::detail::jit {
 
@@ -83,16 +84,9 @@ std::string sidecar_field(const std::string& meta_path, const std::string& field
 constexpr const char* kSidecar = "meta.json";
 constexpr const char* kLog = "compile.log";
 
-// For `opforge clean` / `opforge ops`: opforge-made things under a cache root.
-struct CacheItem {
-  std::string path;
-  std::string kind;  // "entry", "failed", "temp", "lock"
-  std::string op, backend;
-  long long bytes = 0;
-};
+// The cache administration behind opforge/loader.h's list_cache_items / remove_cache_item.
+using CacheItem = ::opf::CacheItem;
 std::vector<CacheItem> list_cache(const std::string& root);
-// Removes one listed item (a lock file only while nobody holds it), then its backend and op
-// directories if that left them empty. Returns false when the item could not be removed.
 bool remove_cache_item(const CacheItem& item);
 
 }  // namespace opf::detail::jit

@@ -56,6 +56,9 @@ std::string cache_root() {
   throw Error("no cache directory: set OPFORGE_CACHE_DIR (HOME and XDG_CACHE_HOME are unset)");
 }
 
+std::vector<CacheItem> list_cache_items(const std::string& root) { return detail::jit::list_cache(root); }
+bool remove_cache_item(const CacheItem& item) { return detail::jit::remove_cache_item(item); }
+
 namespace {
 
 bool env_flag(const char* name) {

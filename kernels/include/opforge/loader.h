@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "opforge/abi.h"
 #include "opforge/manifest.h"
@@ -87,5 +88,19 @@ class Loader {
 
 // Cache root: $OPFORGE_CACHE_DIR, else $XDG_CACHE_HOME/opforge, else ~/.cache/opforge.
 std::string cache_root();
+
+// What `opforge clean` removes: the opforge-made things under a cache root (published and failed
+// entries, abandoned build dirs, free lock files), recognised by the cache layout and an opforge
+// sidecar; a user's file in the cache directory is never listed.
+struct CacheItem {
+  std::string path;
+  std::string kind;  // "entry", "failed", "temp", "lock"
+  std::string op, backend;
+  long long bytes = 0;
+};
+std::vector<CacheItem> list_cache_items(const std::string& root);
+// Removes one listed item (a lock file only while nobody holds it), then its backend and op
+// directories if that left them empty. Returns false when the item could not be removed.
+bool remove_cache_item(const CacheItem& item);
 
 }  // namespace opf
