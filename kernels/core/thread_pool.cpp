@@ -112,26 +112,7 @@ void pool_parallel_for(const opf_host* self, int64_t ntasks, opf_task_fn fn, voi
   Pool::instance().run(self->num_threads, ntasks, fn, ctx);
 }
 
-int cores_available() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 }  // namespace
-
-int default_num_threads() {
-  static const int n = [] {
-    const char* e = std::getenv("OPFORGE_NUM_THREADS");
-    if (!e || !*e) return cores_available();
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (end == e || *end || v < 1 || v > 4096)
-      throw Error(std::string("OPFORGE_NUM_THREADS='") + e + "' is not a thread count (an integer >= 1)");
-    return int(v);
-  }();
-  return n;
-}
 
 const opf_host* host_threads(int n) {
   if (n <= 0) n = default_num_threads();
