@@ -21,7 +21,7 @@ packages=(
   valgrind                                                   # instruction-count gating
   graphviz chromium-headless-shell                           # the Chakra visualizer's .dot (dot -Tsvg) and HTML (a real browser) checks
   yamllint                                                   # the CI workflow's lint test
-  clang-format                                               # the style test (tools/format.sh --check)
+  clang-format clang-tidy                                    # the style test (tools/format.sh --check), tools/tidy.sh
   clang libclang-rt-14-dev                                   # fuzz build: libFuzzer with ASan+UBSan (tools/fuzz.sh)
 )
 missing=()

@@ -172,8 +172,8 @@ void redecide_against_drift(BenchVerdict& v, const std::string& raw, const Bench
   if (d != drift.end()) {
     const bool memory_bound =
         d->second.probe > 0 && d->second.probe_bps > 0 && b.bytes_per_second >= 0.5 * d->second.probe_bps;
-    if (memory_bound) v.decided_by = "probe", v.drift = d->second.probe;
-    else if (d->second.peers > 0) v.decided_by = "peers", v.drift = d->second.peers;
+    // a memory-bound benchmark follows the bandwidth probe; others their peers, else the probe
+    if (d->second.peers > 0 && !memory_bound) v.decided_by = "peers", v.drift = d->second.peers;
     else if (d->second.probe > 0) v.decided_by = "probe", v.drift = d->second.probe;
   }
   if (v.decided_by == "raw") return;
