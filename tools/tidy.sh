@@ -6,7 +6,8 @@
 #   tools/tidy.sh BUILD_DIR --all      every C++ file the build compiles (minutes per 10 files on 2 cores)
 #   tools/tidy.sh BUILD_DIR FILE...    these files
 # Files the build does not compile (another backend's, a disabled op's) are left out and named.
-# Exit 1 on any finding, 0 when clean or when no C++ file changed (it says so), 77 without clang-tidy 14.
+# Exit 1 on any finding, 0 when clean, 77 (skipped, with the reason) when there is nothing to check or
+# no clang-tidy 14.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: tools/tidy.sh BUILD_DIR [--all | FILE...]}
@@ -35,13 +36,13 @@ else
   if [[ -z $base ]]; then
     base=$(git merge-base HEAD origin/main 2>/dev/null || true)
     if [[ -z $base || $base == "$(git rev-parse HEAD)" ]]; then
-      base=$(git rev-parse --verify --quiet HEAD~1) || { echo "tidy: skipped: no base commit to compare with"; exit 0; }
+      base=$(git rev-parse --verify --quiet HEAD~1) || { echo "SKIP: tidy: no base commit to compare with"; exit 77; }
     fi
   fi
   mapfile -t files < <(git diff --name-only --diff-filter=d "$base" HEAD -- '*.cpp' '*.cc')
   if ((${#files[@]} == 0)); then
-    echo "tidy: skipped: no C++ source changed since ${base:0:12}"
-    exit 0
+    echo "SKIP: tidy: no C++ source changed since ${base:0:12}"
+    exit 77
   fi
 fi
 
@@ -51,8 +52,8 @@ for f in "${files[@]}"; do
 done
 ((${#left[@]} == 0)) || echo "tidy: not compiled by $build, left out: ${left[*]}"
 if ((${#todo[@]} == 0)); then
-  echo "tidy: skipped: $build compiles none of the ${#files[@]} file(s)"
-  exit 0
+  echo "SKIP: tidy: $build compiles none of the ${#files[@]} file(s)"
+  exit 77
 fi
 echo "tidy: ${#todo[@]} file(s) with $(basename "$tidy")"
 jobs=$(nproc)
