@@ -6,32 +6,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "common/utc_time.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 #include "suites/cli_filters.h"
 #include "suites/suite_exe.h"
 
 namespace opf::cli {
-namespace {
-
-std::string utc_stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
-
 void add_bench_command(CLI::App& app) {
   struct Opts {
     suites::CaseFilter filter;
@@ -57,8 +44,9 @@ void add_bench_command(CLI::App& app) {
   on_run(sub, [o] {
     namespace fs = std::filesystem;
     o->filter.validate();
-    const fs::path out = o->out.empty() ? fs::path(build::source_root()) / "results" / "bench" / (utc_stamp() + ".json")
-                                        : fs::absolute(o->out);
+    const fs::path out =
+        o->out.empty() ? fs::path(build::source_root()) / "results" / "bench" / (utc_compact_timestamp() + ".json")
+                       : fs::absolute(o->out);
     std::error_code ec;
     if (fs::exists(out, ec) && !o->force)
       throw Error("refusing to overwrite " + out.string() + " (pass --force, or choose another --out)");

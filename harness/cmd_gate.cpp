@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "command.h"
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/gate.h"
 #include "matrix/load_plan.h"
 #include "matrix/run_layout.h"

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "command.h"
+#include "common/files.h"
 #include "matrix/emit.h"
-#include "matrix/files.h"
 #include "matrix/load_plan.h"
 #include "matrix/load_probe.h"
 #include "matrix/progress.h"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "common/json_escape.h"
 #include "opforge/build_info.h"
 #include "opforge/loader.h"
 #include "opforge/manifest.h"
@@ -22,20 +23,6 @@ struct Row {
   bool jit_used = false;   // would a load go through the JIT cache?
   std::string failed_log;  // compile log of the last failed build of this key, if any
 };
-
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += char(c);
-    else if (c == '\n') o += "\\n";
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else o += char(c);
-  }
-  return o + "\"";
-}
 
 const char* yn(bool b) { return b ? "yes" : "no"; }
 
@@ -134,22 +121,23 @@ int print_json() {
   } catch (const std::exception&) {
   }
   std::string o = "{\n";
-  o += "  \"opforge_version\": " + json_str(build::version()) + ",\n";
-  o += "  \"mode\": " + json_str(build::mode()) + ",\n";
-  o += "  \"module_dir\": " + json_str(build::module_dir()) + ",\n";
-  o += "  \"cache_root\": " + json_str(root) + ",\n";
+  o += "  \"opforge_version\": " + json::quoted(build::version()) + ",\n";
+  o += "  \"mode\": " + json::quoted(build::mode()) + ",\n";
+  o += "  \"module_dir\": " + json::quoted(build::module_dir()) + ",\n";
+  o += "  \"cache_root\": " + json::quoted(root) + ",\n";
   o += "  \"toolchains\": {\n";
   const auto& cxx = build::cpp_toolchain();
-  o += "    \"cpp\": {\"id\": " + json_str(cxx.id) + ", \"version\": " + json_str(cxx.version) + ", \"command\": [";
-  for (size_t i = 0; i < cxx.command.size(); ++i) o += (i ? ", " : "") + json_str(cxx.command[i]);
+  o += "    \"cpp\": {\"id\": " + json::quoted(cxx.id) + ", \"version\": " + json::quoted(cxx.version) +
+       ", \"command\": [";
+  for (size_t i = 0; i < cxx.command.size(); ++i) o += (i ? ", " : "") + json::quoted(cxx.command[i]);
   o += "]}";
   for (const auto& b : backends_of_interest()) {
-    o += ",\n    " + json_str(b) + ": {\"built\": " + (build::backend_enabled(b) ? "true" : "false") +
-         ", \"compiler\": " + json_str(build::backend_compiler_version(b));
+    o += ",\n    " + json::quoted(b) + ": {\"built\": " + (build::backend_enabled(b) ? "true" : "false") +
+         ", \"compiler\": " + json::quoted(build::backend_compiler_version(b));
     const auto& archs = b == "cuda" ? build::cuda_arch() : b == "hip" ? build::hip_arch() : std::vector<std::string>{};
     if (b != "cpu" && build::backend_enabled(b)) {
       o += ", \"arch\": [";
-      for (size_t i = 0; i < archs.size(); ++i) o += (i ? ", " : "") + json_str(archs[i]);
+      for (size_t i = 0; i < archs.size(); ++i) o += (i ? ", " : "") + json::quoted(archs[i]);
       o += "]";
     }
     o += "}";
@@ -159,12 +147,12 @@ int print_json() {
   for (const auto& r : collect()) {
     o += first ? "\n" : ",\n";
     first = false;
-    o += "    {\"op\": " + json_str(r.op) + ", \"backend\": " + json_str(r.backend) +
+    o += "    {\"op\": " + json::quoted(r.op) + ", \"backend\": " + json::quoted(r.backend) +
          ", \"enabled\": " + (r.enabled ? "true" : "false") + ", \"prebuilt\": " + (r.prebuilt ? "true" : "false") +
-         ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json_str(r.reason) +
-         ", \"jit\": " + (r.jit_used ? "true" : "false") + ", \"jit_cache\": {\"key\": " + json_str(r.cache.key) +
-         ", \"present\": " + (r.cache.present ? "true" : "false") + ", \"dir\": " + json_str(r.cache.dir) +
-         ", \"failed_log\": " + json_str(r.failed_log) + ", \"pairs\": " + std::to_string(r.cache.pairs) +
+         ", \"compatible\": " + (r.compatible ? "true" : "false") + ", \"reason\": " + json::quoted(r.reason) +
+         ", \"jit\": " + (r.jit_used ? "true" : "false") + ", \"jit_cache\": {\"key\": " + json::quoted(r.cache.key) +
+         ", \"present\": " + (r.cache.present ? "true" : "false") + ", \"dir\": " + json::quoted(r.cache.dir) +
+         ", \"failed_log\": " + json::quoted(r.failed_log) + ", \"pairs\": " + std::to_string(r.cache.pairs) +
          ", \"pairs_present\": " + std::to_string(r.cache.pairs_present) + "}}";
   }
   o += "\n  ]\n}\n";

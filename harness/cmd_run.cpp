@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "command.h"
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/gate.h"
 #include "matrix/load_plan.h"
 #include "matrix/report.h"

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/json_escape.h"
 #include "input_error.h"
 #include "padded_input.h"
 
@@ -78,7 +79,7 @@ class EventReader {
       case od::json_type::string: {
         if (auto e = v.get_string().get(s.str)) return e;
         s.is_string = true;
-        py_json_string(s.str, s.json);
+        opf::json::append_quoted(s.json, s.str, opf::json::Escape::python_ascii);
         return simdjson::SUCCESS;
       }
       case od::json_type::null: {

@@ -11,9 +11,8 @@
 
 namespace opf::chakra {
 
-void py_json_double(double d, std::string& out);               // float repr; NaN / Infinity / -Infinity
-void py_json_string(std::string_view utf8, std::string& out);  // quoted, ensure_ascii escapes
-void py_json_indent(int level, std::string& out);              // newline + 4*level spaces
+void py_json_double(double d, std::string& out);   // float repr; NaN / Infinity / -Infinity
+void py_json_indent(int level, std::string& out);  // newline + 4*level spaces
 // Appends `v` formatted as json.dump(indent=4) would at nesting depth `level`.
 void py_json_element(simdjson::dom::element v, int level, std::string& out);
 // Appends `v` as json.dumps(v) writes it without indent (separators ", " and ": ").

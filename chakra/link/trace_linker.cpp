@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "atomic_output.h"
+#include "common/json_escape.h"
 #include "host_et_index.h"
 #include "input_error.h"
 #include "kineto_links.h"
@@ -64,7 +65,7 @@ void emit_node(const std::vector<Field>& fields, bool pretty, std::string& out) 
     if (!first) out += pretty ? "," : ", ";
     first = false;
     if (pretty) py_json_indent(3, out);
-    py_json_string(f.key, out);
+    opf::json::append_quoted(out, f.key, opf::json::Escape::python_ascii);
     out += ": ";
     if (!f.original) out += f.text;
     else if (pretty) py_json_element(f.value, 3, out);
@@ -419,10 +420,10 @@ void set_gpu_copy_fields(std::vector<Field>& g, const KinetoGpuOp& gop, int64_t 
   set_field(g, "id", std::to_string(gid));
   set_field(g, parent_key, "0");  // set by finish_node(); here it keeps the key's position
   std::string t;
-  py_json_string(gop.cat, t);
+  opf::json::append_quoted(t, gop.cat, opf::json::Escape::python_ascii);
   set_field(g, "cat", t);
   t.clear();
-  py_json_string(gop.name, t);
+  opf::json::append_quoted(t, gop.name, opf::json::Escape::python_ascii);
   set_field(g, "name", t);
   set_field(g, "ph", std::string(gop.ph_json));
   set_field(g, "inclusive_dur", num_text(gop.dur));
@@ -525,7 +526,7 @@ std::vector<Worker> write_linked_trace(const WriteContext& c) {
     if (!first_top) buf += pretty ? "," : ", ";
     first_top = false;
     if (pretty) py_json_indent(1, buf);
-    py_json_string(key, buf);
+    opf::json::append_quoted(buf, key, opf::json::Escape::python_ascii);
     buf += ": ";
     if (key != "nodes") {
       append_top_level_value(c, key, raw, parser, buf);

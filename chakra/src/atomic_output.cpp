@@ -24,13 +24,8 @@ bool ends_with(std::string_view s, std::string_view suf) {
 }  // namespace
 
 AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)) {
-  tmp_ = path_ + ".tmp.XXXXXX";
-  fd_ = ::mkstemp(tmp_.data());
-  if (fd_ < 0) throw InputError(path_, "", std::string("cannot create output: ") + std::strerror(errno));
-  // mkstemp makes 0600; give the final file the usual umask-derived mode
-  mode_t um = ::umask(0);
-  ::umask(um);
-  ::fchmod(fd_, 0666 & ~um);
+  if (!tmp_.create(path_, 0666))
+    throw InputError(path_, "", std::string("cannot create output: ") + std::strerror(errno));
   gzip_ = ends_with(path_, ".gz");
   if (gzip_ && deflateInit2(&zs_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     throw InputError(path_, "", "zlib init failed");
@@ -38,9 +33,7 @@ AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)) {
 }
 
 AtomicOutput::~AtomicOutput() {
-  if (gzip_) deflateEnd(&zs_);
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
+  if (gzip_) deflateEnd(&zs_);  // the temp file, unless committed, goes with tmp_
 }
 
 void AtomicOutput::write_raw(const char* p, size_t n) {
@@ -49,19 +42,11 @@ void AtomicOutput::write_raw(const char* p, size_t n) {
   // inside rename() (8 ms for 11 MB). Not supported (other filesystems): plain writes.
   if (written_ + n > reserved_ && reserved_ != UINT64_MAX) {
     uint64_t want = std::max<uint64_t>(written_ + n, reserved_ + kPrealloc);
-    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, off_t(reserved_), off_t(want - reserved_)) == 0) reserved_ = want;
+    if (::fallocate(tmp_.fd(), FALLOC_FL_KEEP_SIZE, off_t(reserved_), off_t(want - reserved_)) == 0) reserved_ = want;
     else reserved_ = UINT64_MAX;
   }
   written_ += n;
-  while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(path_, "", std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= size_t(w);
-  }
+  if (!tmp_.write_all(p, n)) throw InputError(path_, "", std::string("write failed: ") + std::strerror(errno));
 }
 
 void AtomicOutput::flush_buffer() {
@@ -112,22 +97,17 @@ void AtomicOutput::finish() {
     } while (rc != Z_STREAM_END);
   }
   // give back the preallocated blocks beyond the end
-  if (reserved_ != UINT64_MAX && reserved_ > written_ && ::ftruncate(fd_, off_t(written_)) != 0)
+  if (reserved_ != UINT64_MAX && reserved_ > written_ && ::ftruncate(tmp_.fd(), off_t(written_)) != 0)
     throw InputError(path_, "", std::string("truncate failed: ") + std::strerror(errno));
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    throw InputError(path_, "", std::string("close failed: ") + std::strerror(errno));
-  }
-  fd_ = -1;
+  if (!tmp_.close(false)) throw InputError(path_, "", std::string("close failed: ") + std::strerror(errno));
   finished_ = true;
   std::string().swap(buf_);
 }
 
 void AtomicOutput::commit() {
   finish();
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  if (!tmp_.publish())
     throw InputError(path_, "", std::string("cannot rename temp file into place: ") + std::strerror(errno));
-  committed_ = true;
 }
 
 }  // namespace opf::chakra

@@ -1,5 +1,7 @@
 // Output file that appears only when complete: bytes go to a temp file in the destination's
-// directory (same filesystem, so rename is atomic) and commit() renames it over the target.
+// directory (common's TempFile: same filesystem, so rename is atomic) and commit() renames it
+// over the target. Streaming, gzip and preallocation are chakra's (its outputs are large); no
+// fsync, as before.
 // If commit() is never reached (error, exception) the temp file is removed and an existing
 // target is left untouched. A name ending in ".gz" is written gzip-compressed (like the
 // reference C++ writer).
@@ -10,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "common/temp_file.h"
 
 namespace opf::chakra {
 
@@ -32,9 +36,8 @@ class AtomicOutput {
   void flush_buffer();
   void write_raw(const char* p, size_t n);
 
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
+  std::string path_;
+  files::TempFile tmp_;
   bool finished_ = false;
   bool gzip_ = false;
   z_stream zs_{};

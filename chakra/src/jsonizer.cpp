@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "atomic_output.h"
+#include "common/json_escape.h"
 #include "et_stream.h"
 #include "py_repr.h"
 
@@ -17,51 +18,6 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-
-const char kHex[] = "0123456789abcdef";
-
-// json.dumps(ensure_ascii=True) string
-void json_string(const std::string& s, std::string& out) {
-  out.push_back('"');
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const auto* end = p + s.size();
-  auto u = [&](uint32_t cp) {
-    out += "\\u";
-    for (int i = 3; i >= 0; --i) out.push_back(kHex[(cp >> (4 * i)) & 0xf]);
-  };
-  while (p < end) {
-    unsigned char c = *p;
-    if (c < 0x80) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) u(c);
-          else out.push_back(char(c));
-      }
-      ++p;
-      continue;
-    }
-    int len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
-    if (end - p < len) len = int(end - p);
-    uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
-    for (int i = 1; i < len; ++i) cp = (cp << 6) | (p[i] & 0x3f);
-    if (cp >= 0x10000) {
-      cp -= 0x10000;
-      u(0xd800 + (cp >> 10));
-      u(0xdc00 + (cp & 0x3ff));
-    } else {
-      u(cp);
-    }
-    p += len;
-  }
-  out.push_back('"');
-}
 
 std::string camel(const std::string& name) {  // protobuf's json_name rule
   std::string r;
@@ -148,14 +104,14 @@ void scalar(const Message& m, const Reflection* r, const FieldDescriptor* f, int
     case FieldDescriptor::CPPTYPE_ENUM: {
       int v = rep ? r->GetRepeatedEnumValue(m, f, idx) : r->GetEnumValue(m, f);
       const auto* ev = f->enum_type()->FindValueByNumber(v);
-      if (ev) json_string(ev->name(), out);
+      if (ev) opf::json::append_quoted(out, ev->name(), opf::json::Escape::python_ascii);
       else out += std::to_string(v);
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string s = rep ? r->GetRepeatedString(m, f, idx) : r->GetString(m, f);
       if (f->type() == FieldDescriptor::TYPE_BYTES) base64(s, out);
-      else json_string(s, out);
+      else opf::json::append_quoted(out, s, opf::json::Escape::python_ascii);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE: break;
@@ -186,7 +142,7 @@ void message(const Message& m, std::string& out, int indent) {
     out += any ? "," : "{";
     any = true;
     newline(out, indent + 2);
-    json_string(camel(f->name()), out);
+    opf::json::append_quoted(out, camel(f->name()), opf::json::Escape::python_ascii);
     out += ": ";
     if (f->is_repeated()) {
       out.push_back('[');

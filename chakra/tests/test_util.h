@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "regress.h"
 
 namespace opf::chakra::test {
@@ -28,18 +29,9 @@ inline bool exists(const std::string& p) {
       FAIL() << "trace corpus " << ::opf::chakra::test::traces_dir() << " is missing (it is part of the repository)"; \
   } while (0)
 
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/opf-chakra-test-XXXXXX";
-    path_ = ::mkdtemp(t);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+// A scratch directory per test (under $TMPDIR or /tmp), removed with its contents.
+struct TempDir : files::TempDir {
+  TempDir() : files::TempDir("opf-chakra-test-") {}
 };
 
 // Runs one `opforge chakra regress` case (goldens in chakra/tests/golden) and expects it to

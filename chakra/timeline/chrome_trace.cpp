@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/json_escape.h"
 #include "py_json.h"
 
 namespace opf::chakra {
@@ -17,7 +18,7 @@ void ChromeTrace::begin_event() {
 void ChromeTrace::process_name(int64_t pid, std::string_view name) {
   begin_event();
   out_ += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(pid) + ", \"args\": {\"name\": ";
-  py_json_string(name, out_);
+  opf::json::append_quoted(out_, name, opf::json::Escape::python_ascii);
   out_ += "}}";
 }
 
@@ -25,7 +26,7 @@ void ChromeTrace::thread_name(int64_t pid, int64_t tid, std::string_view name) {
   begin_event();
   out_ += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + std::to_string(pid) +
           ", \"tid\": " + std::to_string(tid) + ", \"args\": {\"name\": ";
-  py_json_string(name, out_);
+  opf::json::append_quoted(out_, name, opf::json::Escape::python_ascii);
   out_ += "}}";
 }
 
@@ -37,7 +38,7 @@ void ChromeTrace::complete(int64_t pid, int64_t tid, double ts_us, double dur_us
   out_ += ", \"dur\": ";
   json_time(dur_us, out_);
   out_ += ", \"name\": ";
-  py_json_string(name, out_);
+  opf::json::append_quoted(out_, name, opf::json::Escape::python_ascii);
   out_ += ", \"args\": {";
   out_ += args;
   out_ += "}}";

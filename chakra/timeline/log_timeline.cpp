@@ -7,6 +7,7 @@
 #include "astra_log.h"
 #include "atomic_output.h"
 #include "chrome_trace.h"
+#include "common/json_escape.h"
 #include "input_error.h"
 #include "py_json.h"
 
@@ -59,7 +60,7 @@ std::string reference_json(const std::string& log, const std::vector<LogEvent>& 
     out += ", \"dur\": ";
     py_json_double(dur, out);
     out += ", \"ph\": \"X\", \"name\": ";
-    py_json_string(is.name, out);
+    opf::json::append_quoted(out, is.name, opf::json::Escape::python_ascii);
     out += ", \"args\": {\"ms\": ";
     py_json_double(dur, out);
     out += "}}";

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "atomic_output.h"
+#include "common/json_escape.h"
 #include "host_et_index.h"
 #include "input_error.h"
 #include "py_json.h"
@@ -77,7 +78,7 @@ struct ScaledWriter {
         for (auto af : dom::object(a)) {
           if (!fo) buf += ", ";
           fo = false;
-          py_json_string(af.key, buf);
+          opf::json::append_quoted(buf, af.key, opf::json::Escape::python_ascii);
           buf += ": ";
           if (std::string_view(af.key) == "value") buf += std::to_string(n.rf_id + k * plan.rf_stride);
           else py_json_element_compact(af.value, buf);
@@ -103,7 +104,7 @@ struct ScaledWriter {
     for (auto f : dom::object(el)) {
       if (!first) buf += ", ";
       first = false;
-      py_json_string(f.key, buf);
+      opf::json::append_quoted(buf, f.key, opf::json::Escape::python_ascii);
       buf += ": ";
       const std::string_view key = f.key;
       if (key == "id") {
@@ -146,7 +147,7 @@ struct ScaledWriter {
       if (!first_top) buf += ",";
       first_top = false;
       buf += "\n  ";
-      py_json_string(key, buf);
+      opf::json::append_quoted(buf, key, opf::json::Escape::python_ascii);
       buf += ": ";
       if (key != "nodes") {
         dom::element v;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "atomic_output.h"
+#include "common/json_escape.h"
 #include "et_scale.h"
 #include "host_et_index.h"
 #include "input_error.h"
@@ -43,7 +44,7 @@ std::string us(double t) {  // microseconds with ns resolution, as PyTorch write
 
 std::string str(std::string_view s) {
   std::string o;
-  py_json_string(s, o);
+  opf::json::append_quoted(o, s, opf::json::Escape::python_ascii);
   return o;
 }
 

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "matrix/callgrind.h"
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/json.h"
 #include "matrix/machine.h"
 #include "matrix/paired_verdict.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "opforge/error.h"
 
 namespace opf::matrix {

@@ -5,7 +5,8 @@
 #include <filesystem>
 #include <map>
 
-#include "matrix/files.h"
+#include "common/files.h"
+#include "common/utc_time.h"
 #include "matrix/run_layout.h"
 #include "matrix/test_results.h"
 #include "opforge/error.h"
@@ -198,7 +199,7 @@ GateInput read_gate_input(const std::string& path) {
 json::Value baseline_json(const GateInput& in) {
   json::Value v;
   v.set("schema", "opforge.baseline/1");
-  v.set("created_utc", utc_iso());
+  v.set("created_utc", utc_timestamp());
   v.set("source", in.origin);
   v.set("meta", in.meta);
   json::Value b = json::Array{};

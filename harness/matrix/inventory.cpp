@@ -8,7 +8,7 @@
 #include <regex>
 #include <set>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/process.h"
 
 namespace opf::matrix {

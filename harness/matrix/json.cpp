@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_escape.h"
+#include "common/number_text.h"
 #include "opforge/error.h"
 
 namespace opf::json {
@@ -16,28 +18,6 @@ namespace {
 const Value& null_value() {
   static const Value v;
   return v;
-}
-
-void escape(std::string& out, std::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += char(c);
-        }
-    }
-  }
-  out += '"';
 }
 
 void write(std::string& out, const Value& v, int indent, int depth);
@@ -54,7 +34,7 @@ void write(std::string& out, const Value& v, int indent, int depth) {
   } else if (v.is_bool()) {
     out += v.as_bool() ? "true" : "false";
   } else if (v.is_string()) {
-    escape(out, v.as_string());
+    append_quoted(out, v.as_string());
   } else if (v.is_number()) {
     double d = v.as_double();
     int64_t i = v.as_int();
@@ -63,18 +43,7 @@ void write(std::string& out, const Value& v, int indent, int depth) {
     } else if (!std::isfinite(d)) {
       out += "null";  // JSON has no inf/nan
     } else {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", d);
-      // shortest form that round-trips
-      for (int p = 6; p < 17; ++p) {
-        char b2[32];
-        std::snprintf(b2, sizeof b2, "%.*g", p, d);
-        if (std::strtod(b2, nullptr) == d) {
-          std::snprintf(buf, sizeof buf, "%s", b2);
-          break;
-        }
-      }
-      out += buf;
+      out += shortest_double(d, 6);  // %g: 6 digits before exponent notation, as before
     }
   } else if (v.is_array()) {
     const auto& a = v.as_array();
@@ -103,7 +72,7 @@ void write(std::string& out, const Value& v, int indent, int depth) {
     for (size_t k = 0; k < o.size(); ++k) {
       if (k) out += ',';
       newline(out, indent, depth + 1);
-      escape(out, o[k].first);
+      append_quoted(out, o[k].first);
       out += indent < 0 ? ":" : ": ";
       write(out, o[k].second, indent, depth + 1);
     }

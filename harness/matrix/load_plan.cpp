@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 

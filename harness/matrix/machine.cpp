@@ -8,7 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/process.h"
 
 namespace opf::matrix {

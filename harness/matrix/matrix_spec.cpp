@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "opforge/error.h"
 #include "matrix/toml_error.h"
 

@@ -6,7 +6,8 @@
 #include <map>
 #include <set>
 
-#include "matrix/files.h"
+#include "common/files.h"
+#include "common/utc_time.h"
 #include "matrix/json.h"
 #include "matrix/run_layout.h"
 #include "opforge/error.h"
@@ -83,7 +84,7 @@ MergeResult merge_runs(const std::vector<std::string>& bundles, const std::strin
       res.warnings.push_back("bundles come from different commits: " + all);
     }
     manifest.set("run", fs::path(out).filename().string());
-    manifest.set("merged_utc", utc_iso());
+    manifest.set("merged_utc", utc_timestamp());
     manifest.set("merged_from", sources);
     manifest.set("cells", cells);
     json::Value sum;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "matrix/hash.h"
+#include "common/sha256.h"
 #include "matrix/pairwise.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "matrix/gate_input.h"
 #include "matrix/json.h"
 #include "matrix/mann_whitney.h"

@@ -1,28 +1,13 @@
 #include "matrix/run_layout.h"
 
 #include <algorithm>
-#include <ctime>
 #include <filesystem>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "opforge/error.h"
 
 namespace opf::matrix {
 namespace fs = std::filesystem;
-
-namespace {
-std::string fmt(const char* f) {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, f, &tm);
-  return buf;
-}
-}  // namespace
-
-std::string utc_stamp() { return fmt("%Y%m%dT%H%M%SZ"); }
-std::string utc_iso() { return fmt("%Y-%m-%dT%H:%M:%SZ"); }
 
 std::string resolve_run(const std::string& arg, const std::string& source_dir) {
   std::error_code ec;

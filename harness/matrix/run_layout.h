@@ -10,8 +10,6 @@
 
 namespace opf::matrix {
 
-std::string utc_stamp();  // 20261129T191500Z
-std::string utc_iso();    // 2026-11-29T19:15:00Z
 // A run given as a directory, or as a name under <results>/runs/. Throws when neither exists.
 std::string resolve_run(const std::string& arg, const std::string& source_dir);
 std::vector<std::string> cell_dirs(const std::string& run_dir);  // sorted

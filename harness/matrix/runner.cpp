@@ -11,9 +11,10 @@
 #include <regex>
 #include <thread>
 
+#include "common/files.h"
+#include "common/sha256.h"
+#include "common/utc_time.h"
 #include "matrix/callgrind.h"
-#include "matrix/files.h"
-#include "matrix/hash.h"
 #include "matrix/inventory.h"
 #include "matrix/machine.h"
 #include "matrix/process.h"
@@ -408,7 +409,7 @@ json::Value options_json(const Options& o) {
 // Runs one cell end to end and writes its cell.json last.
 std::string run_cell(CellRun& c) {
   auto t0 = std::chrono::steady_clock::now();
-  std::string started = utc_iso();
+  std::string started = utc_timestamp();
   std::error_code ec;
   fs::remove(c.dir + "/cell.json", ec);
   files::make_dirs(c.dir + "/logs");
@@ -434,7 +435,7 @@ std::string run_cell(CellRun& c) {
   cell.set("status", status);
   cell.set("host", host_name());
   cell.set("started_utc", started);
-  cell.set("finished_utc", utc_iso());
+  cell.set("finished_utc", utc_timestamp());
   cell.set("seconds", secs);
   cell.set("steps", steps_json(c.steps));
   for (const auto& [k, v] : c.record.as_object()) cell.set(k, v);
@@ -476,7 +477,7 @@ std::string open_run_dir(PlanSource& ps, const RunOptions& opt, json::Value& man
     ps.plan = Plan::from_json(json::parse_file(run_dir + "/plan.json"), run_dir + "/plan.json");
     manifest = json::parse_file(run_dir + "/run.json");
   } else {
-    if (run_dir.empty()) run_dir = ps.source_dir + "/results/runs/" + utc_stamp() + "-" + host_name();
+    if (run_dir.empty()) run_dir = ps.source_dir + "/results/runs/" + utc_compact_timestamp() + "-" + host_name();
     if (files::exists(run_dir + "/run.json")) throw Error(run_dir + ": a run is already recorded here (use --resume)");
     files::make_dirs(run_dir);
   }
@@ -500,7 +501,7 @@ std::vector<const Cell*> select_cells(const Plan& plan, const RunOptions& opt) {
 void record_new_run(json::Value& manifest, const PlanSource& ps, const std::string& run_dir, const RunOptions& opt) {
   manifest.set("schema", "opforge.run/1");
   manifest.set("run", fs::path(run_dir).filename().string());
-  manifest.set("created_utc", utc_iso());
+  manifest.set("created_utc", utc_timestamp());
   manifest.set("source_dir", ps.source_dir);
   manifest.set("git", git_state(ps.source_dir));
   manifest.set("toolchain", toolchain_versions());
@@ -519,7 +520,7 @@ void record_new_run(json::Value& manifest, const PlanSource& ps, const std::stri
 
 void record_resumption(json::Value& manifest) {
   json::Value r = manifest.get("resumed_utc").is_array() ? manifest.get("resumed_utc") : json::Value(json::Array{});
-  r.push(utc_iso());
+  r.push(utc_timestamp());
   manifest.set("resumed_utc", r);
 }
 
@@ -653,7 +654,7 @@ void record_run_outcome(json::Value& manifest, const Plan& plan, const std::stri
   manifest.set("status", interrupted                                 ? "interrupted"
                          : passed + failed == int(plan.cells.size()) ? "finished"
                                                                      : "partial");
-  manifest.set("updated_utc", utc_iso());
+  manifest.set("updated_utc", utc_timestamp());
   files::write_atomic(run_dir + "/run.json", json::dump(manifest));
 }
 
@@ -687,7 +688,7 @@ RunSummary run_matrix(const PlanSource& ps_in, const RunOptions& opt) {
   bool bench = opt.bench < 0 ? ps.plan.run.bench : opt.bench > 0;
   manifest.set("settings", settings_json(ps.plan, opt, bench));
   manifest.set("status", "running");
-  manifest.set("updated_utc", utc_iso());
+  manifest.set("updated_utc", utc_timestamp());
   files::write_atomic(run_dir + "/run.json", json::dump(manifest));
 
   StopHandlers old_handlers = install_stop_handlers();

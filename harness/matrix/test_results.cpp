@@ -10,7 +10,7 @@
 #include <regex>
 #include <set>
 
-#include "matrix/files.h"
+#include "common/files.h"
 #include "opforge/error.h"
 
 namespace opf::matrix {

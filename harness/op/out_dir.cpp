@@ -24,21 +24,14 @@ OutputDir::OutputDir(const std::string& dir, bool force) : force_(force) {
   const fs::path parent = p.parent_path();
   if (!fs::is_directory(parent, ec))
     throw Error("--out " + dir + ": parent directory " + parent.string() + " does not exist");
-  std::string t = parent.string() + "/.";
-  t += p.filename().string() + ".opforge-tmp-XXXXXX";
-  if (!::mkdtemp(t.data()))
+  std::string prefix = ".";  // built up: "." + string trips GCC 12's false -Wrestrict
+  prefix += p.filename().string() + ".opforge-tmp-";
+  if (!tmp_.create(prefix, parent.string()))
     throw Error("--out " + dir + ": cannot create a temp dir in " + parent.string() + ": " + std::strerror(errno));
-  tmp_ = t;
   // mkdtemp makes it 0700; when it becomes DIR it should look like any mkdir'd directory
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  ::chmod(tmp_.c_str(), 0777 & ~mask);
-}
-
-OutputDir::~OutputDir() {
-  if (tmp_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(tmp_, ec);
+  ::chmod(tmp_.path().c_str(), 0777 & ~mask);
 }
 
 void OutputDir::check_free(const std::string& name, const std::string& arg) const {
@@ -47,13 +40,13 @@ void OutputDir::check_free(const std::string& name, const std::string& arg) cons
     throw Error("argument '" + arg + "': " + target(name) + " exists (use --force to overwrite)");
 }
 
-std::string OutputDir::staged(const std::string& name) const { return tmp_ + "/" + name; }
+std::string OutputDir::staged(const std::string& name) const { return tmp_.file(name); }
 std::string OutputDir::target(const std::string& name) const { return dir_ + "/" + name; }
 
 void OutputDir::commit(const std::vector<std::string>& names) {
   // DIR absent: one rename publishes every output at once
-  if (!fs::exists(dir_) && ::rename(tmp_.c_str(), dir_.c_str()) == 0) {
-    tmp_.clear();
+  if (!fs::exists(dir_) && ::rename(tmp_.path().c_str(), dir_.c_str()) == 0) {
+    tmp_.release();
     return;
   }
   for (const std::string& n : names) {

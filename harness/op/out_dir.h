@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
+
 namespace opf::cli {
 
 class OutputDir {
@@ -13,7 +15,6 @@ class OutputDir {
   // Checks DIR (its parent must exist; DIR itself, if it exists, must be a directory) and makes
   // the temp dir. Throws opf::Error naming the path.
   OutputDir(const std::string& dir, bool force);
-  ~OutputDir();  // removes the temp dir and whatever is still in it
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
 
@@ -26,7 +27,8 @@ class OutputDir {
   void commit(const std::vector<std::string>& names);
 
  private:
-  std::string dir_, tmp_;
+  std::string dir_;
+  files::TempDir tmp_;  // removed with whatever is still in it
   bool force_;
 };
 

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "common/files.h"
 #include "matrix/callgrind.h"
-#include "matrix/files.h"
 #include "matrix/gate_input.h"
 #include "opforge/error.h"
 

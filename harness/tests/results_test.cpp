@@ -6,8 +6,8 @@
 
 #include <filesystem>
 
+#include "common/files.h"
 #include "matrix/emit.h"
-#include "matrix/files.h"
 #include "matrix/gate_input.h"
 #include "matrix/json.h"
 #include "matrix/merge.h"

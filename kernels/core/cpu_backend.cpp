@@ -20,6 +20,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/shared_library.h"
 #include "core/backend.h"
 #include "core/cpu_jit.h"
 #include "hwy/highway.h"  // HWY_MAJOR/MINOR/PATCH: the modules compile against this Highway
@@ -160,13 +161,9 @@ class CpuBackend final : public Backend {
     // dlopen() of an already loaded path returns the same handle anyway; keep one reference.
     if (auto it = opened_.find(path); it != opened_.end()) return it->second;
     // RTLD_LOCAL: every module exports the same symbol name; RTLD_NOW: fail here, not mid-call.
-    void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) throw Error("cannot load module " + path + ": " + ::dlerror());
-    auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
-    if (!fn) {
-      ::dlclose(h);
-      throw Error("module " + path + " does not export opf_module (not an opforge module)");
-    }
+    SharedLibrary lib = SharedLibrary::open(path, RTLD_NOW | RTLD_LOCAL, "cannot load module " + path);
+    auto fn = lib.symbol<opf_module_fn>("opf_module");
+    if (!fn) throw Error("module " + path + " does not export opf_module (not an opforge module)");
     const opf_module_info* info = fn();
     std::string why;
     if (!info) why = "opf_module() returned NULL";
@@ -177,11 +174,9 @@ class CpuBackend final : public Backend {
     else if (!info->backend || std::string_view(info->backend) != "cpu")
       why = std::string("it is for backend '") + (info->backend ? info->backend : "(null)") + "', expected 'cpu'";
     else if (!info->run) why = "its run function is NULL";
-    if (!why.empty()) {
-      ::dlclose(h);
-      throw Error("module " + path + " rejected: " + why);
-    }
-    opened_[path] = info;  // never dlclose()d: callers hold info pointers for the process's life
+    if (!why.empty()) throw Error("module " + path + " rejected: " + why);
+    lib.release();  // never dlclose()d: callers hold info pointers for the process's life
+    opened_[path] = info;
     return info;
   }
 

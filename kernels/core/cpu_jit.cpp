@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "build_config.h"
+#include "common/sha256.h"
 #include "core/jit_cache.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
@@ -98,7 +99,7 @@ std::string sha256_memo(const std::string& path, const Stat& st) {
   }
   std::string h;
   try {
-    h = jit::sha256_file(path);
+    h = hash::sha256_file(path);
   } catch (const Error&) {
     return "";
   }
@@ -399,7 +400,7 @@ PchCheck verify_bundle(const std::string& header, const std::vector<std::string>
     return r;
   }
   try {
-    if (jit::sha256_file(header) != m->header_sha256) {
+    if (hash::sha256_file(header) != m->header_sha256) {
       r.why = header + " changed since the PCH was built";
       return r;
     }
@@ -519,7 +520,7 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   const std::string cc = resolve_program(base.front());
   m += "compiler-binary " + cc + "\n";
   id += "compiler " + cc + " " + build::cpp_toolchain().version + "\n";
-  const std::string header_sha = jit::sha256_hex(text);
+  const std::string header_sha = hash::sha256_hex(text);
   m += "header-sha256 " + header_sha + "\n";
   id += "header " + header_sha + "\n";
   std::istringstream lines(text);
@@ -530,7 +531,7 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   auto record = [](const std::string& field, const std::string& path) {
     Stat st;
     if (!stat_file(path, &st)) throw Error("cannot stat " + path);
-    const std::string sha = jit::sha256_file(path);
+    const std::string sha = hash::sha256_file(path);
     return std::make_pair(
         field + " " + std::to_string(st.size) + " " + std::to_string(st.mtime_ns) + " " + sha + " " + path + "\n", sha);
   };
@@ -546,7 +547,7 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
     ninja += " \\\n " + depfile_escape(p);
   }
   m += record("gch", gch).first;
-  m += "identity " + jit::sha256_hex(id) + "\n";
+  m += "identity " + hash::sha256_hex(id) + "\n";
   write_file_atomically(depfile, ninja + "\n");
   write_file_atomically(manifest, m);  // last: the bundle is complete
 }

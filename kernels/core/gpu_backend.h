@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shared_library.h"
 #include "core/backend.h"
 #include "core/gpu_module.h"
 #include "opforge/build_info.h"
@@ -32,9 +33,9 @@ namespace opf::detail {
 
 // Opens a host launcher shared object and checks its table; throws one line naming the path.
 inline const opf_gpu_launcher* open_launcher(const OpInfo& op, const std::string& path) {
-  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) throw Error("cannot load GPU launcher " + path + " of op '" + op.name + "': " + ::dlerror());
-  auto fn = reinterpret_cast<opf_gpu_launcher_table_fn>(::dlsym(h, "opf_gpu_launcher_table"));
+  SharedLibrary lib =
+      SharedLibrary::open(path, RTLD_NOW | RTLD_LOCAL, "cannot load GPU launcher " + path + " of op '" + op.name + "'");
+  auto fn = lib.symbol<opf_gpu_launcher_table_fn>("opf_gpu_launcher_table");
   const opf_gpu_launcher* l = fn ? fn() : nullptr;
   std::string why;
   if (!fn) why = "it does not export opf_gpu_launcher_table";
@@ -42,11 +43,9 @@ inline const opf_gpu_launcher* open_launcher(const OpInfo& op, const std::string
   else if (l->abi_version != OPF_ABI_VERSION)
     why = "ABI version " + std::to_string(l->abi_version) + ", expected " + std::to_string(OPF_ABI_VERSION);
   else if (!l->op || op.name != l->op) why = std::string("it is for op '") + (l->op ? l->op : "(null)") + "'";
-  if (!why.empty()) {
-    ::dlclose(h);
-    throw Error("GPU launcher " + path + " rejected: " + why);
-  }
-  return l;  // never dlclose()d: modules use it for the process's life
+  if (!why.empty()) throw Error("GPU launcher " + path + " rejected: " + why);
+  lib.release();  // never dlclose()d: modules use it for the process's life
+  return l;
 }
 
 template <class Api>

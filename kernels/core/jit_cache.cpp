@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +21,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/json_escape.h"
+#include "common/sha256.h"
+#include "common/utc_time.h"
 #include "opforge/build_info.h"
 #include "opforge/error.h"
 
@@ -31,27 +33,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
-
-struct Sha256 {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
-  Sha256() {
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-      throw Error("OpenSSL: cannot initialise SHA-256");
-  }
-  void update(const void* p, size_t n) { EVP_DigestUpdate(ctx.get(), p, n); }
-  std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx.get(), md, &n);
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) {
-      out += digits[md[i] >> 4];
-      out += digits[md[i] & 15];
-    }
-    return out;
-  }
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -64,36 +45,6 @@ std::string read_file(const std::string& path) {
 bool is_file(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += char(c);
-        }
-    }
-  }
-  return o;
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string host_name() {
@@ -139,25 +90,6 @@ std::string quoted_include(const std::string& line) {
 
 }  // namespace
 
-std::string sha256_hex(const std::string& data) {
-  Sha256 h;
-  h.update(data.data(), data.size());
-  return h.hex();
-}
-
-std::string sha256_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot read " + path + ": " + errno_text(errno));
-  Sha256 h;
-  char buf[1 << 16];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) h.update(buf, size_t(n));
-  int e = errno;
-  ::close(fd);
-  if (n < 0) throw Error("cannot read " + path + ": " + errno_text(e));
-  return h.hex();
-}
-
 std::vector<std::string> local_sources(const JitSource& src) {
   std::vector<std::string> order{fs::weakly_canonical(src.main_file).string()};
   std::set<std::string> seen{order.front()};
@@ -191,11 +123,11 @@ Key compute_key(const OpInfo& op, const Backend& backend, const JitSource& src) 
   k.inputs.push_back("backend=" + backend.name());
   for (const auto& d : src.defines) k.inputs.push_back("define=" + d);  // tuning values
   for (auto& s : backend.jit_identity(op, src)) k.inputs.push_back(std::move(s));
-  for (const auto& path : local_sources(src)) k.sources.emplace_back(path, sha256_hex(read_file(path)));
+  for (const auto& path : local_sources(src)) k.sources.emplace_back(path, hash::sha256_hex(read_file(path)));
   std::string all;
   for (const auto& s : k.inputs) all += "input\x1f" + s + "\n";
   for (const auto& [p, h] : k.sources) all += "source\x1f" + p + "\x1f" + h + "\n";
-  k.key = sha256_hex(all).substr(0, 32);
+  k.key = hash::sha256_hex(all).substr(0, 32);
   return k;
 }
 
@@ -256,7 +188,8 @@ KeyLock::KeyLock(const std::string& path, double timeout_s, bool* waited,
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
   }
   // Tell the next waiter who holds it.
-  const std::string me = "pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_now() + "\n";
+  const std::string me =
+      "pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_timestamp() + "\n";
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, me.data(), me.size(), 0);
 }
 
@@ -313,7 +246,7 @@ EntryCheck check_entry(const std::string& dir, const std::string& artefact_name)
     c.problem = art + " has " + std::to_string((long long)st.st_size) + " bytes, sidecar says " + size;
     return c;
   }
-  if (sha256_file(art) != sum) {
+  if (hash::sha256_file(art) != sum) {
     c.problem = art + " does not match the SHA-256 recorded in its sidecar";
     return c;
   }
@@ -350,29 +283,28 @@ void write_sidecar(const std::string& dir, const Sidecar& s) {
   std::ostringstream o;
   o << "{\n";
   o << "  \"opforge_cache_entry\": 1,\n";
-  o << "  \"opforge_version\": \"" << json_escape(build::version()) << "\",\n";
-  o << "  \"op\": \"" << json_escape(s.op) << "\",\n";
-  o << "  \"backend\": \"" << json_escape(s.backend) << "\",\n";
-  o << "  \"key\": \"" << json_escape(s.key) << "\",\n";
-  o << "  \"status\": \"" << json_escape(s.status) << "\",\n";
-  o << "  \"artefact\": \"" << json_escape(s.artefact) << "\",\n";
+  o << "  \"opforge_version\": " << json::quoted(build::version()) << ",\n";
+  o << "  \"op\": " << json::quoted(s.op) << ",\n";
+  o << "  \"backend\": " << json::quoted(s.backend) << ",\n";
+  o << "  \"key\": " << json::quoted(s.key) << ",\n";
+  o << "  \"status\": " << json::quoted(s.status) << ",\n";
+  o << "  \"artefact\": " << json::quoted(s.artefact) << ",\n";
   o << "  \"artefact_size\": " << s.artefact_size << ",\n";
-  o << "  \"artefact_sha256\": \"" << json_escape(s.artefact_sha256) << "\",\n";
+  o << "  \"artefact_sha256\": " << json::quoted(s.artefact_sha256) << ",\n";
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", s.compile_seconds);
   o << "  \"compile_seconds\": " << secs << ",\n";
-  o << "  \"log\": \"" << json_escape(s.log) << "\",\n";
-  o << "  \"created\": \"" << utc_now() << "\",\n";
-  o << "  \"builder\": \"pid " << ::getpid() << " on " << json_escape(host_name()) << "\",\n";
+  o << "  \"log\": " << json::quoted(s.log) << ",\n";
+  o << "  \"created\": \"" << utc_timestamp() << "\",\n";
+  o << "  \"builder\": " << json::quoted("pid " + std::to_string(::getpid()) + " on " + host_name()) << ",\n";
   o << "  \"key_inputs\": [";
   if (s.key_info)
-    for (size_t i = 0; i < s.key_info->inputs.size(); ++i)
-      o << (i ? ", " : "") << '"' << json_escape(s.key_info->inputs[i]) << '"';
+    for (size_t i = 0; i < s.key_info->inputs.size(); ++i) o << (i ? ", " : "") << json::quoted(s.key_info->inputs[i]);
   o << "],\n  \"sources\": {";
   if (s.key_info)
     for (size_t i = 0; i < s.key_info->sources.size(); ++i)
-      o << (i ? ", " : "") << '"' << json_escape(s.key_info->sources[i].first) << "\": \""
-        << s.key_info->sources[i].second << '"';
+      o << (i ? ", " : "") << json::quoted(s.key_info->sources[i].first) << ": \"" << s.key_info->sources[i].second
+        << '"';
   o << "}\n}\n";
   const std::string path = dir + "/" + kSidecar, tmp = path + ".tmp";
   {

@@ -20,9 +20,6 @@
 
 namespace opf::detail::jit {
 
-std::string sha256_hex(const std::string& data);
-std::string sha256_file(const std::string& path);  // throws opf::Error naming the file
-
 // The source file plus every local header reachable through `#include "..."` (searched like the
 // compiler does: the including file's directory, then include_dirs). System <...> headers and
 // quoted headers found nowhere local are not followed. Sorted by path, main file first.

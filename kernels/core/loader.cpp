@@ -14,6 +14,7 @@
 //                                instead of a module per (entry, dtype) compiled at its first call
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
+#include "common/sha256.h"
 #include "opforge/loader.h"
 
 #include <sys/stat.h>
@@ -270,7 +271,7 @@ struct Loader::Impl {
       throw Error("JIT of " + what + ": compiler produced no " + artefact);
     }
     side.artefact_size = (long long)st.st_size;
-    side.artefact_sha256 = jit::sha256_file(tmp_art);
+    side.artefact_sha256 = hash::sha256_file(tmp_art);
     jit::write_sidecar(tmp, side);  // last: an entry without it is never trusted
     if (::rename(tmp.c_str(), entry.c_str()) != 0) {
       const int e = errno;

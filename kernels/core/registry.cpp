@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/number_text.h"
 #include "opforge/error.h"
 #include "opforge/manifest.h"
 #include "ops_table.h"
@@ -34,29 +35,17 @@ std::string_view role_name(Role r) {
   return "?";
 }
 
-namespace {
-std::string number(double v) {
-  char b[40] = "";
-  // shortest text that reads back the same value
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(b, sizeof b, "%.*g", prec, v);
-    if (std::strtod(b, nullptr) == v) break;
-  }
-  return b;
-}
-}  // namespace
-
 std::string ParamInfo::format(double v) const {
   switch (type) {
     case ParamType::boolean: return v != 0 ? "true" : "false";
     case ParamType::enumeration: {
       const auto i = size_t(v);
-      return v >= 0 && i < choices.size() ? choices[i] : number(v);
+      return v >= 0 && i < choices.size() ? choices[i] : shortest_double(v);
     }
     case ParamType::i64: return std::to_string((long long)v);
-    case ParamType::f64: return number(v);
+    case ParamType::f64: return shortest_double(v);
   }
-  return number(v);
+  return shortest_double(v);
 }
 
 std::string ParamInfo::check(double v) const {

@@ -1,8 +1,4 @@
-#include "matrix/files.h"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "common/files.h"
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/temp_file.h"
 #include "opforge/error.h"
 
 namespace opf::files {
@@ -32,28 +29,13 @@ bool read_if_exists(const std::string& path, std::string& out) {
 void write_atomic(const std::string& path, const std::string& data, bool executable) {
   std::filesystem::path p(path);
   if (p.has_parent_path()) make_dirs(p.parent_path().string());
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, executable ? 0755 : 0644);
-  if (fd < 0) throw Error(tmp + ": cannot create (" + std::strerror(errno) + ")");
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(tmp + ": write failed (" + std::strerror(e) + ")");
-    }
-    done += size_t(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(path + ": cannot publish (" + std::strerror(e) + ")");
-  }
+  TempFile tmp;
+  if (!tmp.create(path, executable ? 0755 : 0644))
+    throw Error(path + ".tmp.XXXXXX: cannot create (" + std::strerror(errno) + ")");
+  if (!tmp.write_all(data.data(), data.size()))
+    throw Error(tmp.path() + ": write failed (" + std::strerror(errno) + ")");
+  tmp.close(true);  // as before: a failed fsync/close does not stop the rename
+  if (!tmp.publish()) throw Error(path + ": cannot publish (" + std::strerror(errno) + ")");
 }
 
 void copy_atomic(const std::string& from, const std::string& to) { write_atomic(to, read(from)); }
