@@ -4,9 +4,9 @@
 # tree with pkg-config and run, in this build's module mode: prebuilt loads the installed module,
 # jit compiles layer_norm from the installed sources into an empty cache. Also checks the installed
 # CLI, that no text file of the install names the build tree, and what a missing JIT compiler does.
-# Usage: install_downstream.sh BUILD_ROOT SOURCE_ROOT PREFIX LIBDIR BINDIR VERSION MODE
+# Usage: install_downstream.sh BUILD_ROOT SOURCE_ROOT PREFIX LIBDIR BINDIR VERSION MODE [B_SANITIZE]
 set -euo pipefail
-build=$1 source=$2 prefix=$3 libdir=$4 bindir=$5 version=$6 mode=$7
+build=$1 source=$2 prefix=$3 libdir=$4 bindir=$5 version=$6 mode=$7 sanitize=${8:-none}
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -48,7 +48,10 @@ grep -q "\"module_dir\": \"$pkgdir/modules\"" "$tmp/ops.json" ||
 
 # The example, with nothing but PKG_CONFIG_PATH pointing at the install (nofallback: pkg-config or fail)
 export PKG_CONFIG_PATH=$root/$libdir/pkgconfig
-meson setup "$tmp/example" "$source/examples/downstream" --wrap-mode=nofallback >"$tmp/example.log" 2>&1 &&
+# a sanitized libopforge needs its runtime first in the executable: the example gets the same sanitizers
+san_args=()
+[[ $sanitize == none ]] || san_args=("-Db_sanitize=$sanitize" -Db_lundef=false)
+meson setup "$tmp/example" "$source/examples/downstream" --wrap-mode=nofallback "${san_args[@]}" >"$tmp/example.log" 2>&1 &&
   meson compile -C "$tmp/example" >>"$tmp/example.log" 2>&1 || { cat "$tmp/example.log"; fail "building examples/downstream against the install failed"; }
 run() { env OPFORGE_CACHE_DIR="$tmp/cache" "$@" "$tmp/example/downstream"; }
 
