@@ -38,7 +38,7 @@ inline char* put_len_header(char* p, uint32_t t, size_t len) { return put_varint
 
 inline char* put_bytes(char* p, uint32_t t, std::string_view s) {
   p = put_len_header(p, t, s.size());
-  std::memcpy(p, s.data(), s.size());
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data() may be null: UB for memcpy
   return p + s.size();
 }
 
