@@ -63,7 +63,9 @@ struct Backward {
   const float* lse;
   const int64_t* labels;
   void* dx;
-  float smoothing;
+  // s/C and the label's 1 - s + s/C, each rounded once from float64: with C = 1 the label's target
+  // is exactly 1, so g exp(0) - g cancels to exactly 0 (two f32 products g (1-s) + g s left ~u g)
+  float spread, target_label;
   int64_t padding_idx;
 };
 }  // namespace opf::softmax_xentropy_cpu
@@ -261,7 +263,6 @@ void BackwardT(const Backward& a) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const size_t N = hn::Lanes(d), n = size_t(a.cols);
-  const float keep = 1.0f - a.smoothing, spread = a.smoothing / float(a.cols);
   const auto vfloor = hn::Set(d, kExpFloor), zero = hn::Zero(d);
   const auto iota = hn::Iota(di, 0);
   const bool stream = double(a.rows) * double(n) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
@@ -278,7 +279,7 @@ void BackwardT(const Backward& a) {
       }
       // dx = g e - g s/C, and g e - g (1 - s + s/C) at the label: one MulAdd per element
       const float g = a.grad[r], lse = a.lse[r];
-      const float off = -(g * spread), off_label = -(g * keep + g * spread);
+      const float off = -(g * a.spread), off_label = -(g * a.target_label);
       const auto vg = hn::Set(d, g), vlse = hn::Set(d, lse), voff = hn::Set(d, off), voff_label = hn::Set(d, off_label);
       const auto finish = [&](size_t k, hn::Vec<decltype(d)> e) {
         const int64_t at = label - int64_t(k);
@@ -382,7 +383,8 @@ void call(const opf_call* c, bool execute) {
                static_cast<const float*>(expect_arg(args, 2, "max_log_sum_exp", OPF_F32, {rows}).data),
                static_cast<const int64_t*>(expect_arg(args, 3, "labels", OPF_I64, {rows}).data),
                expect_arg(args, 4, "grad_logits", x.dtype, {rows, cols}).data,
-               float(smoothing),
+               float(smoothing / double(cols)),
+               float((1.0 - smoothing) + smoothing / double(cols)),
                padding_idx};
     check_labels("backward", a.labels, rows, cols, padding_idx);
     if (!execute || rows == 0) return;

@@ -227,7 +227,6 @@ __device__ void backward(const opf_gpu_args& a) {
   const float lse = static_cast<const float*>(a.ptr[2])[row];
   const long long y = static_cast<const long long*>(a.ptr[3])[row];
   T* dx = static_cast<T*>(a.ptr[4]) + row * cols;
-  const float smoothing = (float)a.param[0];
   const long long padding_idx = (long long)a.param[1];
   const bool same_phase = (((unsigned long long)a.ptr[1] ^ (unsigned long long)a.ptr[4]) & 15u) == 0;
 
@@ -240,9 +239,11 @@ __device__ void backward(const opf_gpu_args& a) {
     map_row<false>(x, dx, cols, true, [nan](float, long long) { return nan; });
     return;
   }
-  // dx = g e - g s/C, and g e - g (1 - s + s/C) at the label (as cpu.cpp)
-  const float keep = 1.0f - smoothing, spread = smoothing / (float)cols;
-  const float off = -(g * spread), off_label = -(g * keep + g * spread);
+  // dx = g e - g s/C, and g e - g (1 - s + s/C) at the label (as cpu.cpp: the targets rounded once
+  // from double, so that C = 1 cancels to exactly 0)
+  const double s = a.param[0];
+  const float spread = (float)(s / (double)cols), target_label = (float)((1.0 - s) + s / (double)cols);
+  const float off = -(g * spread), off_label = -(g * target_label);
   map_row<true>(x, dx, cols, same_phase,
                 [=](float v, long long c) { return g * expf(v - lse) + (c == y ? off_label : off); });
 }
