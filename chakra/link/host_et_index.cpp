@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "input_error.h"
+#include "json_problem.h"
 
 namespace opf::chakra {
 
@@ -12,17 +13,6 @@ namespace od = simdjson::ondemand;
 namespace dom = simdjson::dom;
 
 namespace {
-
-std::string problem_of(simdjson::error_code e) {
-  switch (e) {
-    case simdjson::NUMBER_OUT_OF_RANGE:
-    case simdjson::NUMBER_ERROR: return "number out of range or malformed (integers must fit in 64 bits)";
-    case simdjson::UNCLOSED_STRING: return "truncated or malformed JSON: a string is never closed";
-    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT: return "truncated JSON: an object or array is not closed";
-    case simdjson::TAPE_ERROR: return "truncated or malformed JSON (" + std::string(simdjson::error_message(e)) + ")";
-    default: return std::string("invalid JSON: ") + simdjson::error_message(e);
-  }
-}
 
 // Raw text of any value (simdjson 3.0 has raw_json() on objects and arrays only).
 simdjson::error_code raw_value(od::value v, std::string_view& raw) {
@@ -50,13 +40,6 @@ bool get_int(dom::element v, int64_t& out) {
     return true;
   }
   return false;
-}
-
-// Where a document-level failure is: structure left open means the text stops early.
-std::string doc_where(simdjson::error_code e, size_t length) {
-  if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
-    return "byte " + std::to_string(length) + " (end of file)";
-  return "byte 0";
 }
 
 // The "tid" and "rf_id" of the nested schemas sit among the node's "attrs".
@@ -127,18 +110,18 @@ struct HostIndexer {
 
 od::object HostIndexer::open_root(od::parser& parser) {
   if (auto e = parser.iterate(base, h.text.length, h.text.buf.size()).get(doc))
-    throw InputError(path, doc_where(e, h.text.length), problem_of(e));
+    throw InputError(path, json_doc_where(e, h.text.length), json_problem(e));
   od::object root;
   if (auto e = doc.get_object().get(root))
-    throw InputError(path, doc_where(e, h.text.length),
-                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
+    throw InputError(path, json_doc_where(e, h.text.length),
+                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : json_problem(e));
   return root;
 }
 
 // Other top-level values are kept as raw text, re-serialised when the output is written.
 void HostIndexer::keep_top_level_value(od::field& f, std::string_view key) {
   std::string_view raw;
-  if (auto e = raw_value(f.value(), raw)) throw InputError(path, where(), problem_of(e));
+  if (auto e = raw_value(f.value(), raw)) throw InputError(path, where(), json_problem(e));
   if (key == "schema") {
     auto r = node_parser.parse(raw.data(), raw.size(), false);
     std::string_view s;
@@ -156,12 +139,13 @@ HostNodeIndex HostIndexer::index_node(od::value nv, size_t k, const std::string&
   if (auto e = nv.get_object().get(nobj)) {
     if (e == simdjson::INCORRECT_TYPE)
       throw InputError(path, "node #" + std::to_string(k) + " " + at, "node is not a JSON object");
-    throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+    throw InputError(path, "node #" + std::to_string(k) + " " + at, json_problem(e));
   }
-  if (auto e = nobj.raw_json().get(raw)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+  if (auto e = nobj.raw_json().get(raw))
+    throw InputError(path, "node #" + std::to_string(k) + " " + at, json_problem(e));
   const std::string loc = "node #" + std::to_string(k) + " (byte " + std::to_string(raw.data() - base) + ")";
   dom::element el;
-  if (auto e = node_parser.parse(raw.data(), raw.size(), false).get(el)) throw InputError(path, loc, problem_of(e));
+  if (auto e = node_parser.parse(raw.data(), raw.size(), false).get(el)) throw InputError(path, loc, json_problem(e));
   dom::object obj;
   if (el.get_object().get(obj)) throw InputError(path, loc, "node is not a JSON object");
   HostNodeIndex n;
@@ -181,7 +165,9 @@ void HostIndexer::index_nodes(od::array& arr) {
     const size_t k = h.nodes.size();
     std::string at = where();
     od::value nv;
-    if (auto e = std::move(nr).get(nv)) throw InputError(path, "node #" + std::to_string(k) + " " + at, problem_of(e));
+    // NOLINTNEXTLINE(performance-move-const-arg): simdjson_result::get() is &&-qualified
+    if (auto e = std::move(nr).get(nv))
+      throw InputError(path, "node #" + std::to_string(k) + " " + at, json_problem(e));
     h.nodes.push_back(index_node(nv, k, at));
   }
 }
@@ -199,9 +185,9 @@ HostEtIndex index_host_et(const std::string& path) {
   bool saw_nodes = false;
   for (auto fr : root) {
     od::field f;
-    if (auto e = std::move(fr).get(f)) throw InputError(path, ix.where(), problem_of(e));
+    if (auto e = std::move(fr).get(f)) throw InputError(path, ix.where(), json_problem(e));
     std::string_view key;
-    if (auto e = f.unescaped_key().get(key)) throw InputError(path, ix.where(), problem_of(e));
+    if (auto e = f.unescaped_key().get(key)) throw InputError(path, ix.where(), json_problem(e));
     if (key != "nodes") {
       ix.keep_top_level_value(f, key);
       continue;
@@ -209,7 +195,7 @@ HostEtIndex index_host_et(const std::string& path) {
     od::array arr;
     if (auto e = f.value().get_array().get(arr)) {
       if (e == simdjson::INCORRECT_TYPE) throw InputError(path, "\"nodes\"", "is not an array");
-      throw InputError(path, ix.where(), problem_of(e));
+      throw InputError(path, ix.where(), json_problem(e));
     }
     saw_nodes = true;
     h.top_level.emplace_back("nodes", std::string_view());

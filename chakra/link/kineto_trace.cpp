@@ -9,6 +9,7 @@
 
 #include "common/json_escape.h"
 #include "input_error.h"
+#include "json_problem.h"
 #include "padded_input.h"
 
 namespace opf::chakra {
@@ -126,24 +127,6 @@ bool to_int(const Scalar& s, int64_t& out) {
   return false;
 }
 
-std::string problem_of(simdjson::error_code e) {
-  switch (e) {
-    case simdjson::NUMBER_OUT_OF_RANGE:
-    case simdjson::NUMBER_ERROR: return "number out of range or malformed (integers must fit in 64 bits)";
-    case simdjson::UNCLOSED_STRING: return "truncated or malformed JSON: a string is never closed";
-    case simdjson::INCOMPLETE_ARRAY_OR_OBJECT: return "truncated JSON: an object or array is not closed";
-    case simdjson::TAPE_ERROR: return "truncated or malformed JSON (" + std::string(simdjson::error_message(e)) + ")";
-    default: return std::string("invalid JSON: ") + simdjson::error_message(e);
-  }
-}
-
-// Where a document-level failure is: structure left open means the text stops early.
-std::string doc_where(simdjson::error_code e, size_t length) {
-  if (e == simdjson::INCOMPLETE_ARRAY_OR_OBJECT || e == simdjson::UNCLOSED_STRING)
-    return "byte " + std::to_string(length) + " (end of file)";
-  return "byte 0";
-}
-
 // The fields of one event that the classification reads; everything else is skipped unparsed.
 struct EventFields {
   Scalar cat, name, ph, ts, dur, tid, ext, rf, corr, stream, pg;
@@ -182,8 +165,8 @@ struct TraceReader {
   // Before "traceEvents" a failure is placed by byte only; inside it, by event.
   [[noreturn]] void fail_json(simdjson::error_code e) {
     const char* p = loc();
-    if (!saw_events) throw InputError(path, p ? "byte " + std::to_string(p - in.data()) : "", problem_of(e));
-    rd.fail(ev, p ? p : ev_at, problem_of(e));
+    if (!saw_events) throw InputError(path, p ? "byte " + std::to_string(p - in.data()) : "", json_problem(e));
+    rd.fail(ev, p ? p : ev_at, json_problem(e));
   }
 
   od::object open_root(od::parser& parser);
@@ -197,11 +180,11 @@ struct TraceReader {
 
 od::object TraceReader::open_root(od::parser& parser) {
   if (auto e = parser.iterate(in.data(), in.length, in.buf.size()).get(doc))
-    throw InputError(path, doc_where(e, in.length), problem_of(e));
+    throw InputError(path, json_doc_where(e, in.length), json_problem(e));
   od::object root;
   if (auto e = doc.get_object().get(root))
-    throw InputError(path, doc_where(e, in.length),
-                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : problem_of(e));
+    throw InputError(path, json_doc_where(e, in.length),
+                     e == simdjson::INCORRECT_TYPE ? "top level is not a JSON object" : json_problem(e));
   return root;
 }
 
@@ -252,6 +235,7 @@ void TraceReader::read_events(od::array& events) {
   for (auto ev_res : events) {
     ev_at = loc();
     od::value evv;
+    // NOLINTNEXTLINE(performance-move-const-arg): simdjson_result::get() is &&-qualified
     if (auto e = std::move(ev_res).get(evv)) fail_json(e);
     od::object obj;
     if (auto e = evv.get_object().get(obj)) {
