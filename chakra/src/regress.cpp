@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -400,7 +402,8 @@ std::vector<CaseResult> regress(const RegressOptions& opt) {
   std::string work = opt.work_dir;
   files::TempDir own_work;  // removed on return, also when a case throws
   if (work.empty()) {
-    if (!own_work.create("opforge-regress-", "/tmp")) throw opf::Error("regress: cannot create a temp dir");
+    if (!own_work.create("opforge-regress-"))  // under $TMPDIR, else /tmp
+      throw opf::Error(std::string("regress: cannot create a temp dir (") + std::strerror(errno) + ")");
     work = own_work.path();
   }
   auto cleanup = [&](const RegressCase& c) {

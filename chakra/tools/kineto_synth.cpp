@@ -211,7 +211,9 @@ struct OpReplay {
     w.event("\"ph\": \"f\", \"id\": " + std::to_string(c) + ", \"pid\": 0, \"tid\": " + std::to_string(stream) +
             ", \"ts\": " + us(gts) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"");
     ++st.gpu_ops;
-    clock += ldur + uni(0.2, 1.0) + uni(1.0, 6.0);
+    // two draws, sequenced (the operands of one `+` may be evaluated in either order)
+    const double gap = uni(0.2, 1.0);
+    clock += ldur + gap + uni(1.0, 6.0);
   }
 
   // ops in id order; an op's event is written once the next op on its thread is not its descendant

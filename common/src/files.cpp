@@ -1,5 +1,7 @@
 #include "common/files.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -34,7 +36,11 @@ void write_atomic(const std::string& path, const std::string& data, bool executa
     throw Error(path + ".tmp.XXXXXX: cannot create (" + std::strerror(errno) + ")");
   if (!tmp.write_all(data.data(), data.size()))
     throw Error(tmp.path() + ": write failed (" + std::strerror(errno) + ")");
-  tmp.close(true);  // as before: a failed fsync/close does not stop the rename
+  // a failed fsync or close (EIO, ENOSPC on a delayed write) may have lost data: the target keeps
+  // its old content. EINVAL: a filesystem without fsync, where close still reports write errors.
+  if (::fsync(tmp.fd()) != 0 && errno != EINVAL)
+    throw Error(tmp.path() + ": write failed at fsync (" + std::strerror(errno) + ")");
+  if (!tmp.close(false)) throw Error(tmp.path() + ": write failed at close (" + std::strerror(errno) + ")");
   if (!tmp.publish()) throw Error(path + ": cannot publish (" + std::strerror(errno) + ")");
 }
 

@@ -337,7 +337,10 @@ void settle_with_probes(ServeClient& b, ServeClient& h, const std::vector<Bench>
     if (x.name.rfind("probe/", 0) == 0) {
       b.send("prepare " + x.name);
       h.send("prepare " + x.name);
-      b.receive(600), h.receive(600);
+      const std::string rb = b.receive(600), rh = h.receive(600);
+      // a probe a side cannot prepare is not timed here: its own turn records why (FAILED / NEW)
+      if (rb != "ok" || rh != "ok") continue;
+      // the settling samples are discarded, whatever they read
       b.request("time " + x.name + " 1", 300), h.request("time " + x.name + " 1", 300);
     }
 }
@@ -447,7 +450,8 @@ json::Value compare_instructions(const Side& base, const Side& head, const AbOpt
     if (it == ib.end()) {
       c.set("verdict", "NEW");
     } else {
-      const double ratio = n / it->second;
+      // a case the base ran in 0 instructions (nothing counted) compares as equal to 0, else as more
+      const double ratio = it->second > 0 ? n / it->second : n > 0 ? HUGE_VAL : 1.0;
       c.set("base", it->second);
       c.set("ratio", ratio);
       const bool worse = ratio > 1 + o.instr_threshold;

@@ -149,6 +149,7 @@ std::map<std::string, const BenchSamples*> index_current_benchmarks(const GateIn
 // The first override whose glob matches (order in the file decides), or null.
 const GateOverride* find_override(const GateConfig& cfg, const std::string& key) {
   for (const auto& o : cfg.overrides)
+    // flags 0: `*` also spans '/', so "prebuilt/peer/*" covers every peer benchmark (names hold '/')
     if (fnmatch(o.match.c_str(), key.c_str(), 0) == 0) return &o;
   return nullptr;
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/files.h"
+#include "common/number_text.h"
 #include "common/utc_time.h"
 #include "matrix/run_layout.h"
 #include "matrix/test_results.h"
@@ -91,8 +92,10 @@ GateInput read_baseline_file(const std::string& path) {
   const auto& instr = r.list(doc, "callgrind");
   for (size_t i = 0; i < instr.size(); ++i) {
     std::string at = "callgrind[" + std::to_string(i) + "]";
-    in.instr.push_back({r.text(instr[i], at, "cell", false), r.text(instr[i], at, "name", true),
-                        r.number(instr[i].get("instructions"), at + ".instructions")});
+    const double n = r.number(instr[i].get("instructions"), at + ".instructions");
+    // the gate divides by it: 0 would make every count a regression (or NaN, none)
+    if (!(n > 0) || !std::isfinite(n)) r.fail(at + ".instructions", "not a positive count");
+    in.instr.push_back({r.text(instr[i], at, "cell", false), r.text(instr[i], at, "name", true), n});
   }
   return in;
 }
@@ -158,7 +161,11 @@ std::vector<InstrCount> read_callgrind_json(const std::string& path, const std::
   for (const auto& b : doc.get("benchmarks").as_array()) {
     if (!b.get("instructions").is_number())
       throw Error(path + ": benchmark '" + b.str("name") + "' without \"instructions\"");
-    out.push_back({cell, b.str("name"), b.num("instructions")});
+    const double n = b.num("instructions");
+    if (!(n > 0) || !std::isfinite(n))
+      throw Error(path + ": benchmark '" + b.str("name") + "': instructions " + opf::shortest_double(n) +
+                  " is not a positive count");
+    out.push_back({cell, b.str("name"), n});
   }
   return out;
 }

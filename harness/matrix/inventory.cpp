@@ -288,7 +288,10 @@ json::Value Inventory::to_json() const {
 Inventory check_inventory(const InventoryInputs& in, const OpManifest& manifest) {
   Inventory inv;
   Expected ex;
-  if (!read_expected_ops(in, manifest, inv, ex)) return inv;
+  if (!read_expected_ops(in, manifest, inv, ex)) {
+    write_inventory_log(inv, in.log_path);  // the step's log names the failed check too
+    return inv;
+  }
   check_module_targets(in, manifest, ex, inv);
   check_stray_module_files(in, manifest, ex, inv);
   std::string opforge = in.build_dir + "/harness/opforge";
