@@ -5,6 +5,7 @@
 #                                      base with origin/main, else (on main itself) the previous commit
 #   tools/tidy.sh BUILD_DIR --all      every C++ file the build compiles (minutes per 10 files on 2 cores)
 #   tools/tidy.sh BUILD_DIR FILE...    these files
+# Only files git tracks: generated sources (protoc's et_def.pb.cc in the build dir) are not ours.
 # Files the build does not compile (another backend's, a disabled op's) are left out and named.
 # Exit 1 on any finding, 0 when clean, 77 (skipped, with the reason) when there is nothing to check or
 # no clang-tidy 14.
@@ -25,7 +26,7 @@ root = os.getcwd()
 for e in json.load(open(sys.argv[1])):
     p = os.path.normpath(os.path.join(e["directory"], e["file"]))
     if p.startswith(root + os.sep) and p.endswith((".cpp", ".cc")):
-        print(os.path.relpath(p, root))' "$db" | sort -u)
+        print(os.path.relpath(p, root))' "$db" | sort -u | comm -12 - <(git ls-files -- '*.cpp' '*.cc' | sort))
 
 if [[ ${1:-} == --all ]]; then
   files=("${compiled[@]}")

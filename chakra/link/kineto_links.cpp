@@ -49,6 +49,7 @@ std::vector<std::pair<size_t, int64_t>> candidate_offsets(const std::vector<uint
     budget += count;
   }
   std::vector<std::pair<size_t, int64_t>> cands;
+  cands.reserve(votes.size());
   for (auto& [d, v] : votes) cands.emplace_back(v, d);
   std::sort(cands.begin(), cands.end(), [](auto& a, auto& b) {
     return a.first != b.first ? a.first > b.first : std::llabs(a.second) < std::llabs(b.second);

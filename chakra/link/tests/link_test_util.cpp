@@ -13,7 +13,7 @@
 namespace opf::chakra::test {
 
 std::string traces_dir() {
-  const std::string d = default_traces_dir();
+  std::string d = default_traces_dir();
   // a missing corpus fails the test that needs it, loudly: nothing here can be skipped
   EXPECT_TRUE(std::filesystem::is_directory(d)) << "trace corpus " << d << " is missing (it is part of the repository)";
   return d;

@@ -46,7 +46,8 @@ TEST_P(LinkBadInput, OneLineErrorAndNoOutput) {
   auto kpath = dir / (b.gzip || b.corrupt_gz ? "kineto.json.gz" : "kineto.json");
   auto hpath = dir / "host_et.json";
   if (b.corrupt_gz) {
-    std::string gz = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + std::string("this is not deflate data at all");
+    // a whole 10-byte gzip header (a literal would stop at its first \0), then no deflate stream
+    std::string gz = std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10) + "this is not deflate data at all";
     test::write_text(kpath, gz);
   } else if (b.gzip) {
     test::write_gzip(kpath, b.kineto_text);
@@ -57,7 +58,7 @@ TEST_P(LinkBadInput, OneLineErrorAndNoOutput) {
   auto out = dir / "linked.json";
   auto kept = dir / "kept.json";
   test::write_text(kept, "KEEP");
-  for (auto target : {out, kept}) {
+  for (const auto& target : {out, kept}) {
     LinkOptions o;
     o.host_path = hpath.string();
     o.kineto_path = kpath.string();

@@ -169,7 +169,9 @@ inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 // swapcontext "returns twice" like setjmp, but the scheduler's frame is not modified between
 // saving and resuming its context, so nothing is clobbered.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning (clang, e.g. under clang-tidy, has no such group)
 #pragma GCC diagnostic ignored "-Wclobbered"
+#endif
 // Runs kernel(*args) on a gx x gy grid of block-thread blocks. Returns 0, or 1 after printing why
 // (a barrier reached by only part of a block).
 extern "C" __attribute__((visibility("default"))) int opf_emu_launch(void (*kernel)(opf_gpu_args),
