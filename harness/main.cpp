@@ -18,7 +18,9 @@ void on_run(CLI::App* sub, std::function<int()> run) { actions()[sub] = std::mov
 
 }  // namespace opf::cli
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_cli(int argc, char** argv) {
   CLI::App app{"opforge: build matrices, kernel suites and Chakra trace tools"};
   app.require_subcommand(1);
   app.fallthrough(false);
@@ -78,4 +80,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "opforge: %s\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+// Nothing escapes as an abort: building the command tree can throw too (bad_alloc)
+int main(int argc, char** argv) {
+  try {
+    return run_cli(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opforge: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "opforge: unknown exception\n");
+  }
+  return 1;
 }

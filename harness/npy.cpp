@@ -175,7 +175,10 @@ std::string descr(const Array& a) {
   throw Error("npy: dtype " + std::string(dtype_name(a.dtype)) + " has no NumPy descr");
 }
 
-Array parse(std::string_view b, const std::string& origin) {
+namespace {
+
+// The fixed preamble: magic, version, header length. Returns where the header starts; sets hlen.
+size_t read_preamble(std::string_view b, const std::string& origin, uint64_t& hlen) {
   auto fail = [&](size_t at, const std::string& what) -> void {
     throw Error(origin + ": byte " + std::to_string(at) + ": " + what);
   };
@@ -190,17 +193,24 @@ Array parse(std::string_view b, const std::string& origin) {
          "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) + " (1.0, 2.0, 3.0 are)");
   const size_t len_bytes = major == 1 ? 2 : 4, header_at = 8 + len_bytes;
   if (b.size() < header_at) fail(b.size(), "file ends inside the header length field");
-  const uint64_t hlen = read_le(b, 8, len_bytes);
+  hlen = read_le(b, 8, len_bytes);
   if (hlen > b.size() - header_at)
     fail(8, "header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(b.size()) +
                 " bytes)");
+  return header_at;
+}
 
-  HeaderParser p(b.substr(header_at, hlen), header_at, origin);
+// The header dict's three keys, each with where its value starts (for the errors about it).
+struct HeaderFields {
   std::string descr_text;
   bool fortran = false;
   std::vector<int64_t> shape;
-  bool has_descr = false, has_fortran = false, has_shape = false;
   size_t descr_at = 0, fortran_at = 0, shape_at = 0;
+};
+
+HeaderFields parse_header_dict(HeaderParser& p) {
+  HeaderFields h;
+  bool has_descr = false, has_fortran = false, has_shape = false;
   p.expect('{', "at the start of the header");
   while (true) {
     p.ws();
@@ -216,16 +226,16 @@ Array parse(std::string_view b, const std::string& origin) {
     p.ws();
     if (key == "descr") {
       once(has_descr);
-      descr_at = p.pos();
-      descr_text = p.string_lit("field 'descr' (structured dtypes are not supported)");
+      h.descr_at = p.pos();
+      h.descr_text = p.string_lit("field 'descr' (structured dtypes are not supported)");
     } else if (key == "fortran_order") {
       once(has_fortran);
-      fortran_at = p.pos();
-      fortran = p.boolean_lit("field 'fortran_order'");
+      h.fortran_at = p.pos();
+      h.fortran = p.boolean_lit("field 'fortran_order'");
     } else if (key == "shape") {
       once(has_shape);
-      shape_at = p.pos();
-      shape = p.shape_tuple();
+      h.shape_at = p.pos();
+      h.shape = p.shape_tuple();
     } else {
       p.fail(key_at, "unexpected key '" + key + "' (a .npy header has descr, fortran_order, shape)");
     }
@@ -244,34 +254,52 @@ Array parse(std::string_view b, const std::string& origin) {
   if (!has_descr) p.fail(close_at, "header has no 'descr' key");
   if (!has_fortran) p.fail(close_at, "header has no 'fortran_order' key");
   if (!has_shape) p.fail(close_at, "header has no 'shape' key");
+  return h;
+}
 
+// The array the header describes (dtype, shape) and its payload size in bytes.
+Array describe_array(HeaderParser& p, const HeaderFields& h, int64_t& bytes) {
   Array a;
-  a.shape = shape;
+  a.shape = h.shape;
   const Descr* d = nullptr;
   for (const Descr& k : kDescrs)
-    if (k.text == descr_text) d = &k;
+    if (k.text == h.descr_text) d = &k;
   if (!d) {
-    if (!descr_text.empty() && descr_text[0] == '>')
-      p.fail(descr_at, "field 'descr' '" + descr_text + "' is big-endian; save the array as little-endian ('<')");
-    p.fail(descr_at, "field 'descr' '" + descr_text + "' is not supported (supported: " + supported_list() + ")");
+    if (!h.descr_text.empty() && h.descr_text[0] == '>')
+      p.fail(h.descr_at, "field 'descr' '" + h.descr_text + "' is big-endian; save the array as little-endian ('<')");
+    p.fail(h.descr_at, "field 'descr' '" + h.descr_text + "' is not supported (supported: " + supported_list() + ")");
   }
   a.dtype = d->dtype;
   a.boolean = d->boolean;
-  if (fortran && shape.size() > 1)
-    p.fail(fortran_at, "field 'fortran_order' is True; save a C-ordered array (np.ascontiguousarray)");
-
-  int64_t numel = 1, bytes = 0;
-  for (int64_t dim : shape)
+  if (h.fortran && h.shape.size() > 1)
+    p.fail(h.fortran_at, "field 'fortran_order' is True; save a C-ordered array (np.ascontiguousarray)");
+  int64_t numel = 1;
+  for (int64_t dim : h.shape)
     if (__builtin_mul_overflow(numel, dim, &numel))
-      p.fail(shape_at, "field 'shape' " + shape_text(shape) + " overflows 64 bits");
+      p.fail(h.shape_at, "field 'shape' " + shape_text(h.shape) + " overflows 64 bits");
   if (__builtin_mul_overflow(numel, int64_t(dtype_size(a.dtype)), &bytes))
-    p.fail(shape_at, "field 'shape' " + shape_text(shape) + " needs more than 2^63 bytes");
+    p.fail(h.shape_at, "field 'shape' " + shape_text(h.shape) + " needs more than 2^63 bytes");
+  return a;
+}
+
+}  // namespace
+
+Array parse(std::string_view b, const std::string& origin) {
+  auto fail = [&](size_t at, const std::string& what) -> void {
+    throw Error(origin + ": byte " + std::to_string(at) + ": " + what);
+  };
+  uint64_t hlen = 0;
+  const size_t header_at = read_preamble(b, origin, hlen);
+  HeaderParser p(b.substr(header_at, hlen), header_at, origin);
+  const HeaderFields h = parse_header_dict(p);
+  int64_t bytes = 0;
+  Array a = describe_array(p, h, bytes);
 
   const size_t data_at = header_at + hlen;
   const uint64_t have = b.size() - data_at;
   if (have != uint64_t(bytes))
-    fail(data_at, "data is " + std::to_string(have) + " bytes, but shape " + shape_text(shape) + " of " + descr_text +
-                      " needs " + std::to_string(bytes));
+    fail(data_at, "data is " + std::to_string(have) + " bytes, but shape " + shape_text(h.shape) + " of " +
+                      h.descr_text + " needs " + std::to_string(bytes));
   a.data.resize(size_t(bytes));
   if (bytes) std::memcpy(a.data.data(), b.data() + data_at, size_t(bytes));
   if (a.boolean)

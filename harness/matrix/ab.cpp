@@ -395,10 +395,10 @@ void decide_verdicts(Bench& x, const AbOptions& o) {
   x.verdict = x.v.verdict;
   if (o.repeat > 1)
     for (int k = 0; k < o.repeat; ++k)
-      x.per_run.push_back(
-          paired_verdict(std::vector<double>(x.ratios.begin() + k * o.rounds, x.ratios.begin() + (k + 1) * o.rounds),
-                         o.threshold, o.alpha)
-              .verdict);
+      x.per_run.push_back(paired_verdict(std::vector<double>(x.ratios.begin() + ptrdiff_t(k) * o.rounds,
+                                                             x.ratios.begin() + ptrdiff_t(k + 1) * o.rounds),
+                                         o.threshold, o.alpha)
+                              .verdict);
   if (x.role == Role::control) x.note = "control: the same code in both builds";
 }
 

@@ -25,7 +25,7 @@ void write(std::string& out, const Value& v, int indent, int depth);
 void newline(std::string& out, int indent, int depth) {
   if (indent < 0) return;
   out += '\n';
-  out.append(size_t(indent * depth), ' ');
+  out.append(size_t(indent) * size_t(depth), ' ');
 }
 
 void write(std::string& out, const Value& v, int indent, int depth) {

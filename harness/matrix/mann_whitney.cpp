@@ -22,7 +22,7 @@ std::vector<double> u_distribution(int n1, int n2) {
   for (int i = 0; i <= n1; ++i)
     for (int j = 0; j <= n2; ++j) {
       auto& cur = f[size_t(i)][size_t(j)];
-      cur.assign(size_t(i * j + 1), 0.0);
+      cur.assign(size_t(i) * size_t(j) + 1, 0.0);
       if (i == 0 || j == 0) {
         cur[0] = 1;
         continue;
@@ -70,7 +70,7 @@ MannWhitney mann_whitney(const std::vector<double>& x, const std::vector<double>
     double total = std::accumulate(dist.begin(), dist.end(), 0.0);
     double lo = std::min(r.u, double(n1 * n2) - r.u);
     double tail = 0;
-    for (size_t u = 0; u <= size_t(lo + 0.5) && u < dist.size(); ++u) tail += dist[u];
+    for (size_t u = 0; u <= size_t(std::lround(lo)) && u < dist.size(); ++u) tail += dist[u];
     r.p = std::min(1.0, 2.0 * tail / total);
     r.exact = true;
     return r;

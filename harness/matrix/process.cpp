@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -104,7 +105,7 @@ int kill_group(pid_t pid) {
 std::string Result::describe() const {
   if (!spawn_error.empty()) return spawn_error;
   if (interrupted) return "interrupted";
-  if (timed_out) return "timed out after " + std::to_string(int(seconds + 0.5)) + " s";
+  if (timed_out) return "timed out after " + std::to_string(std::lround(seconds)) + " s";
   if (signal) return std::string("killed by SIG") + (sigabbrev_np(signal) ? sigabbrev_np(signal) : "?");
   return "exit " + std::to_string(exit_code);
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace opf::matrix {
@@ -12,7 +13,7 @@ double secs(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 std::string format_duration(double s) {
-  long t = long(s + 0.5);
+  long t = std::lround(s);
   char buf[32];
   if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
   else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);

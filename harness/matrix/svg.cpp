@@ -33,8 +33,7 @@ std::string status_color(const std::string& s) {
 namespace {
 std::string num(double v) {
   char b[32];
-  if (v != 0 && (std::fabs(v) >= 1e4 || std::fabs(v) < 1e-2)) std::snprintf(b, sizeof b, "%.3g", v);
-  else std::snprintf(b, sizeof b, "%.3g", v);
+  std::snprintf(b, sizeof b, "%.3g", v);  // %g picks the exponent form for large and tiny values itself
   return b;
 }
 }  // namespace

@@ -129,7 +129,7 @@ TEST(AbCli, InjectedSlowdownIsSlowerAndFails) {
 TEST(AbCli, BadInputExits2WithOneLineAndNoResults) {
   NEED_BUILD();
   TempDir t;
-  auto expect_bad = [&](std::vector<std::string> args, const std::string& needle) {
+  auto expect_bad = [&](const std::vector<std::string>& args, const std::string& needle) {
     const Result r = ab(t.path, args);
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
