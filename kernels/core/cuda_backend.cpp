@@ -29,6 +29,7 @@ namespace {
 struct Driver {
   void* handle = nullptr;
   std::string load_error;
+// NOLINTNEXTLINE(bugprone-macro-parentheses): fn is a name (declared, and ::-qualified), not an expression
 #define OPF_CU_FN(fn) decltype(&::fn) fn = nullptr;
   OPF_CU_FN(cuInit)
   OPF_CU_FN(cuDriverGetVersion)
@@ -198,6 +199,7 @@ struct CudaApi {
   int alloc(void** p, size_t bytes) {
     CUdeviceptr d = 0;
     CUresult rc = driver().cuMemAlloc(&d, bytes);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the driver API's device pointers are integers
     *p = reinterpret_cast<void*>(d);
     return rc;
   }
@@ -228,6 +230,7 @@ struct CudaApi {
 struct Nvrtc {
   void* handle = nullptr;
   std::string load_error, path;
+// NOLINTNEXTLINE(bugprone-macro-parentheses): fn is a name (declared, and ::-qualified), not an expression
 #define OPF_NVRTC_FN(fn) decltype(&::fn) fn = nullptr;
   OPF_NVRTC_FN(nvrtcVersion)
   OPF_NVRTC_FN(nvrtcGetErrorString)

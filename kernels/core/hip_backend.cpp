@@ -25,6 +25,7 @@ namespace {
 struct Runtime {
   void* handle = nullptr;
   std::string load_error, path;
+// NOLINTNEXTLINE(bugprone-macro-parentheses): fn is a name (declared, and ::-qualified), not an expression
 #define OPF_HIP_FN(fn) decltype(&::fn) fn = nullptr;
   OPF_HIP_FN(hipGetDeviceCount)
   OPF_HIP_FN(hipGetDeviceProperties)

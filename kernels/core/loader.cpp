@@ -220,20 +220,35 @@ struct Loader::Impl {
       jit::remove_tree(entry);
     }
     const std::string failed = entry + ".failed";
-    if (waited) {
-      // The builder we waited for failed: report its log rather than failing it again silently.
-      struct stat st;
-      if (::stat((failed + "/" + jit::kSidecar).c_str(), &st) == 0) {
-        const auto mtime =
-            std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-        if (mtime >= wait_start - std::chrono::seconds(1))
-          throw Error("JIT of " + what + " failed in another process (" +
-                      jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" +
-                      jit::kLog);
-      }
-    }
+    if (waited) throw_if_failed_since(failed, wait_start, what);
+    compile_and_publish(op, be, src, key, dir, what);
+    m.info = be.open(op, m.path);
+    m.source = ModuleSource::jit_compiled;
+    return m;
+  }
 
+  // The builder we waited for failed (its .failed entry is newer than our wait): report its log
+  // rather than failing it again silently.
+  static void throw_if_failed_since(const std::string& failed, std::chrono::system_clock::time_point wait_start,
+                                    const std::string& what) {
+    namespace jit = detail::jit;
+    struct stat st;
+    if (::stat((failed + "/" + jit::kSidecar).c_str(), &st) != 0) return;
+    const auto mtime =
+        std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+    if (mtime >= wait_start - std::chrono::seconds(1))
+      throw Error("JIT of " + what + " failed in another process (" +
+                  jit::sidecar_field(failed + "/" + jit::kSidecar, "builder") + "); see log " + failed + "/" +
+                  jit::kLog);
+  }
+
+  // Compiles into a temp dir beside the entry and renames it into place (sidecar last). A failed
+  // compile becomes <key>.failed with its log. Called with the key's lock held.
+  void compile_and_publish(const OpInfo& op, detail::Backend& be, const detail::JitSource& src,
+                           const detail::jit::Key& key, const std::string& dir, const std::string& what) {
+    namespace jit = detail::jit;
+    const std::string entry = dir + "/" + key.key, artefact = be.artefact_name(), failed = entry + ".failed";
     // Holding the key's lock means every other builder of this key is gone: their temp dirs
     // (killed builders, or ours from a reused pid) are abandoned.
     jit::remove_stale_temps(dir, key.key);
@@ -279,9 +294,6 @@ struct Loader::Impl {
       throw Error("cannot publish JIT cache entry " + entry + ": " + std::strerror(e));
     }
     jit::remove_tree(failed);  // an older failure for this key is no longer news
-    m.info = be.open(op, m.path);
-    m.source = ModuleSource::jit_compiled;
-    return m;
   }
 
   // ---- CPU JIT specializations (cpu/storage.h): a module per (entry, storage dtype), compiled at
