@@ -37,7 +37,7 @@ struct Block64 {
 #ifdef __SSE2__
     const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ob = _mm_set1_epi8('{');
     const __m128i cb = _mm_set1_epi8('}'), os = _mm_set1_epi8('['), cs = _mm_set1_epi8(']');
-    for (int j = 0; j < 4; ++j) {
+    for (size_t j = 0; j < 4; ++j) {
       __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j));
       auto bits = [&](__m128i m) { return uint64_t(uint32_t(_mm_movemask_epi8(m))) << (16 * j); };
       quote |= bits(_mm_cmpeq_epi8(v, q));

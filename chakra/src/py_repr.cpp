@@ -104,7 +104,7 @@ void py_repr_string(std::string_view s, std::string& out) {
   while (p < end) {
     unsigned char c = *p;
     if (c < 0x80) {
-      if (c == q || c == '\\') {
+      if (c == static_cast<unsigned char>(q) || c == '\\') {
         out.push_back('\\');
         out.push_back(char(c));
       } else if (c == '\t') {

@@ -184,7 +184,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     fresh_cache();
     ::setenv("OPFORGE_JIT_SPECIALIZE", "0", 1);
     const double c0 = children_cpu_seconds();
-    const LoadedModule m = L.load(op, "cpu");
+    LoadedModule m = L.load(op, "cpu");
     ::unsetenv("OPFORGE_JIT_SPECIALIZE");
     s->cpu.push_back(children_cpu_seconds() - c0);
     s->wall.push_back(m.load_seconds);

@@ -164,7 +164,7 @@ TEST(Escaping, AwkwardNamesKeepTheFormatsIntact) {
   visualize(td.file("w.et"), td.file("w.html"), {});
   std::string html = test::read_file(td.file("w.html"));
   EXPECT_NE(html.find("say &quot;hi&quot; &lt;b&gt;&amp;amp;&lt;/b&gt;"), std::string::npos);
-  EXPECT_EQ(html.find("\x01"), std::string::npos);
+  EXPECT_EQ(html.find('\x01'), std::string::npos);
   EXPECT_EQ(html.find("\xef\xbf\xbe"), std::string::npos);
 }
 

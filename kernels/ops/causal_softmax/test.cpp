@@ -296,11 +296,11 @@ TEST(CausalSoftmaxCli, BadInputsExit2WithOneLineAndWriteNothing) {
   const std::string D = t.path;
   Causal c(2, 6);
   write_npy(D + "/x.npy", "<f4", {2, 6, 6}, c.x.data(), c.x.size() * 4);
-  write_npy(D + "/x_rect.npy", "<f4", {2, 6, 5}, c.x.data(), 60 * 4);
+  write_npy(D + "/x_rect.npy", "<f4", {2, 6, 5}, c.x.data(), size_t(60) * 4);
   write_npy(D + "/x_4d.npy", "<f4", {1, 2, 6, 6}, c.x.data(), c.x.size() * 4);
   std::vector<double> x64(c.x.begin(), c.x.end());
   write_npy(D + "/x64.npy", "<f8", {2, 6, 6}, x64.data(), x64.size() * 8);
-  write_npy(D + "/y_small.npy", "<f4", {2, 5, 5}, c.x.data(), 50 * 4);
+  write_npy(D + "/y_small.npy", "<f4", {2, 5, 5}, c.x.data(), size_t(50) * 4);
   const std::vector<BadCase> cases = {
       {"not square", {"--in", "x=" + D + "/x_rect.npy"}, "(x) has sq = 6 and sk = 5"},
       {"4-D x", {"--in", "x=" + D + "/x_4d.npy"}, "'x' has 4 dims"},

@@ -98,8 +98,9 @@ HWY_INLINE hn::Vec<D> Pow(D d, hn::Vec<D> base, float e) {  // base >= 0; 0^e = 
   return hn::IfThenZeroElse(hn::Eq(base, hn::Zero(d)), r);
 }
 
+// The forward's tensor ops (PyTorch's sigmoid_focal_loss, one pass each); false for another op.
 template <class S>
-void RunT(const Pass& p, int op) {
+bool RunForwardOp(const Pass& p, int op) {
   const size_t K = size_t(p.real), i0 = size_t(p.r0) * K, i1 = size_t(p.r1) * K;
   float* const* b = p.buf;
   const float a = p.alpha, g = p.gamma, s = p.smoothing;
@@ -156,6 +157,19 @@ void RunT(const Pass& p, int op) {
       });
       break;
     case kMulAt: Map(b[L], i0, i1, [&](auto d, size_t i) { return hn::Mul(ld(d, b[AT], i), ld(d, b[L], i)); }); break;
+    default: return false;
+  }
+  return true;
+}
+
+// The backward's tensor ops (autograd's, one pass each), the mask and the copy back.
+template <class S>
+void RunBackwardOp(const Pass& p, int op) {
+  const size_t K = size_t(p.real), i0 = size_t(p.r0) * K, i1 = size_t(p.r1) * K;
+  float* const* b = p.buf;
+  const float g = p.gamma;
+  const auto ld = [](auto d, const float* q, size_t i) { return hn::LoadU(d, q + i); };
+  switch (op) {
     case kMask:
     case kGradL:  // l * valid; gl = a_t * valid (the mask row by row, a broadcast [N, 1] tensor)
       for (int64_t r = p.r0; r < p.r1; ++r) {
@@ -217,7 +231,9 @@ void RunT(const Pass& p, int op) {
 }
 
 void Run(const Pass& p, int op) {
-  opf::cpu::with_storage(p.dtype, [&](auto s) { RunT<decltype(s)>(p, op); });
+  opf::cpu::with_storage(p.dtype, [&](auto s) {
+    if (!RunForwardOp<decltype(s)>(p, op)) RunBackwardOp<decltype(s)>(p, op);
+  });
 }
 
 }  // namespace opf::suites::peers::focal_unfused::HWY_NAMESPACE

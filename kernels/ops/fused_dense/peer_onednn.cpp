@@ -42,13 +42,13 @@ class Run final : public PeerRun {
   Run(const PeerCase& c, const DrawnCase& drawn) {
     omp_set_num_threads(c.threads);
     const memory::dim b = c.shape[0], in = c.shape[1], hid = c.shape[2], out = c.shape[3];
-    auto in_mem = [&](std::string_view name, memory::dims dims, tag t) {
+    auto in_mem = [&](std::string_view name, const memory::dims& dims, tag t) {
       memory m({dims, dt::f32, t}, eng_);
       const HostArg& h = arg(drawn, name);
       std::memcpy(m.get_data_handle(), h.bytes.data(), h.bytes.size());
       return m;
     };
-    auto out_mem = [&](const std::string& name, memory::dims dims, tag t = tag::ab) {
+    auto out_mem = [&](const std::string& name, const memory::dims& dims, tag t = tag::ab) {
       memory m({dims, dt::f32, t}, eng_);
       outs_[name] = m;
       return m;

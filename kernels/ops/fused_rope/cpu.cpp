@@ -460,7 +460,8 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
     failf(
         "%s: param img_h x img_w = %lld x %lld = %lld (0 = the table's rows) does not match argument 0 (%s)'s "
         "sequence dim %lld",
-        args.entry(), (long long)img_h, (long long)img_w, (long long)(img_h * img_w), in_name, (long long)t.shape[1]);
+        args.entry(), (long long)img_h, (long long)img_w, (long long)img_h * (long long)img_w, in_name,
+        (long long)t.shape[1]);
   const opf_tensor& o = args.tensor(5, out_name, /*view=*/true);
   expect_out(args, t, o, 5, out_name);
   if (!execute || numel(t) == 0) return;

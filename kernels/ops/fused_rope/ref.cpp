@@ -81,8 +81,9 @@ void describe_2d(CaseDesc& c, const Shape& sh, const Params& p) {
   for (const char* n : {"cos_w", "sin_w"}) c.set(n, {1, rows_w, 1, d / 2}, values);
   c.set(bwd ? "grad_t" : "out", {b, s, h, d});
   const double n = double(b * s) * double(h) * double(d);
+  const int64_t table_cols = d / 2;  // d is even: each of the two tables covers half the head dim
   c.bytes = 2 * n * double(dtype_size(c.dtype)) +
-            double(2 * (img_h + img_w) * (d / 2)) * double(dtype_size(c.arg("cos_h").dtype));
+            double(2 * (img_h + img_w) * table_cols) * double(dtype_size(c.arg("cos_h").dtype));
   c.flops = 3 * n;
   c.reduce_len = 1;
 }

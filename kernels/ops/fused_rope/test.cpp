@@ -541,8 +541,8 @@ void expect_2d_matches_reference(bool bwd, const Buf& t, const Buf* tab[4], cons
     const int64_t k = (r / h) % s, rows[2] = {k / img_w, k % img_w};
     for (int half = 0; half < 2; ++half)
       for (int64_t i = 0; i < q; ++i) {
-        c[size_t(half * q + i)] = tab[2 * half]->get(size_t(rows[half] * q + i));
-        sn[size_t(half * q + i)] = tab[2 * half + 1]->get(size_t(rows[half] * q + i));
+        c[size_t(half * q + i)] = tab[size_t(2 * half)]->get(size_t(rows[half] * q + i));
+        sn[size_t(half * q + i)] = tab[size_t(2 * half + 1)]->get(size_t(rows[half] * q + i));
       }
     for (int64_t j = 0; j < d; ++j) x[size_t(j)] = t.get(size_t(r * d + j));
     ref_row(bwd, x.data(), c.data(), sn.data(), q, q, y.data(), mag.data());
@@ -578,7 +578,7 @@ TEST(FusedRope2d, MatchesTheReferenceWithLongTablesAndViews) {
                                 {"cos_w", &cw, {1, rw, 1, Q}},
                                 {"sin_w", &sw, {1, rw, 1, Q}}};
       };
-      auto args = [&](Arg x, Arg o, int64_t rh, int64_t rw) {
+      auto args = [&](const Arg& x, const Arg& o, int64_t rh, int64_t rw) {
         std::vector<Arg> v{x};
         for (const Arg& a : tables(rh, rw)) v.push_back(a);
         v.push_back(o);
@@ -776,10 +776,10 @@ TEST(FusedRopeCli, BadInputsExit2WithOneLineAndWriteNothing) {
   OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
-  Buf x = random_buf(DType::f32, 10 * 2 * 8, -1, 1, 19), f = random_buf(DType::f32, 10 * 8, -1, 1, 20);
+  Buf x = random_buf(DType::f32, size_t(10) * 2 * 8, -1, 1, 19), f = random_buf(DType::f32, size_t(10) * 8, -1, 1, 20);
   write_npy(D + "/t.npy", "<f4", {10, 2, 8}, x.data(), x.bytes());
   write_npy(D + "/freqs.npy", "<f4", {10, 1, 1, 8}, f.data(), f.bytes());
-  write_npy(D + "/freqs_odd.npy", "<f4", {10, 1, 1, 7}, f.data(), 10 * 7 * 4);
+  write_npy(D + "/freqs_odd.npy", "<f4", {10, 1, 1, 7}, f.data(), size_t(10) * 7 * 4);
   const int32_t good[] = {0, 4, 10}, backwards[] = {0, 6, 4, 10}, past[] = {0, 4, 11}, short_end[] = {0, 4, 9};
   write_npy(D + "/cu.npy", "<i4", {3}, good, sizeof good);
   write_npy(D + "/cu_backwards.npy", "<i4", {4}, backwards, sizeof backwards);
@@ -814,13 +814,13 @@ TEST(FusedRopeCli, Bad2dInputsExit2WithOneLine) {
   OPF_REQUIRE_OPFORGE_EXE();
   TempDir t, io;
   const std::string D = t.path;
-  Buf x = random_buf(DType::f32, 6 * 2 * 8, -1, 1, 81), tab = random_buf(DType::f32, 3 * 4, -1, 1, 82);
+  Buf x = random_buf(DType::f32, size_t(6) * 2 * 8, -1, 1, 81), tab = random_buf(DType::f32, size_t(3) * 4, -1, 1, 82);
   write_npy(D + "/t.npy", "<f4", {1, 6, 2, 8}, x.data(), x.bytes());
-  write_npy(D + "/t6.npy", "<f4", {1, 8, 2, 6}, x.data(), 1 * 8 * 2 * 6 * 4);
-  write_npy(D + "/h.npy", "<f4", {1, 2, 1, 4}, tab.data(), 2 * 4 * 4);
-  write_npy(D + "/w.npy", "<f4", {1, 3, 1, 4}, tab.data(), 3 * 4 * 4);
-  write_npy(D + "/h3.npy", "<f4", {1, 2, 1, 3}, tab.data(), 2 * 3 * 4);
-  write_npy(D + "/w3.npy", "<f4", {1, 4, 1, 3}, tab.data(), 4 * 3 * 4);
+  write_npy(D + "/t6.npy", "<f4", {1, 8, 2, 6}, x.data(), size_t(8) * 2 * 6 * 4);
+  write_npy(D + "/h.npy", "<f4", {1, 2, 1, 4}, tab.data(), size_t(2) * 4 * 4);
+  write_npy(D + "/w.npy", "<f4", {1, 3, 1, 4}, tab.data(), size_t(3) * 4 * 4);
+  write_npy(D + "/h3.npy", "<f4", {1, 2, 1, 3}, tab.data(), size_t(2) * 3 * 4);
+  write_npy(D + "/w3.npy", "<f4", {1, 4, 1, 3}, tab.data(), size_t(4) * 3 * 4);
   auto call = [&](const std::string& tf, const std::string& hf, const std::string& wf, std::vector<std::string> extra) {
     std::vector<std::string> v = {"--entry", "forward_2d_f32",        "--dtype", "f32",
                                   "--in",    "t=" + D + "/" + tf,     "--in",    "cos_h=" + D + "/" + hf,

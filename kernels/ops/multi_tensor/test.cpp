@@ -570,7 +570,6 @@ TEST(MultiTensor, MismatchedListsAreRefusedNamingTheList) {
     EXPECT_TRUE(std::isnan(two[0]) && std::isnan(per[0]));
   }
   {  // mixed dtypes within the input list
-    List out = poisoned;
     std::vector<uint16_t> half(9, 0x3c00);
     Norms r;
     r.per.assign(4, NAN);

@@ -60,7 +60,7 @@ int64_t numel(const Shape& s) {
 // Runs `entry` on args (inputs stored from *v, outputs poisoned, then read back into *v, resized to
 // their shape). Returns "" or the error's text.
 std::string run(const std::string& entry, const std::vector<Arg>& args, int threads = 0,
-                std::vector<std::pair<std::string, double>> params = {}) {
+                const std::vector<std::pair<std::string, double>>& params = {}) {
   std::vector<std::vector<std::byte>> bufs;
   bufs.reserve(args.size());
   const opf::EntryInfo* e = op().find_entry(entry);
