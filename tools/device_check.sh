@@ -65,7 +65,14 @@ step kernels_jit 70 env OPFORGE_FORCE_JIT=1 "$T" --gtest_filter='kernel.*/cuda/*
 # module must follow it (prebuilt and JIT compile the same text).
 step kernels_jit_block128 40 env OPFORGE_TUNE_LAYER_NORM_BLOCK=128 "$T" --gtest_filter='kernel.layer_norm/cuda/*' \
   --gtest_output="xml:$OUT/kernels_jit_block128.xml"
-step bench_cuda 90 "$B/harness/suites/opforge-kernel-bench" --benchmark_filter='/cuda/|^probe/' \
+# fused_dense: the default run above gave cuBLASLt the calls it takes; the opforge GEMM gets all of
+# them here, and a cuBLASLt-only run proves the library path ran (f32: every entry; else linear_bias).
+step fused_dense_opforge_gemm 20 env OPFORGE_FUSED_DENSE_GEMM=opforge "$T" --gtest_filter='kernel.fused_dense/cuda/*' \
+  --gtest_output="xml:$OUT/fused_dense_opforge_gemm.xml"
+step fused_dense_cublaslt 20 env OPFORGE_FUSED_DENSE_GEMM=cublaslt "$T" \
+  --gtest_filter='kernel.fused_dense/cuda/*/linear_bias_*:kernel.fused_dense/cuda/f32/linear_gelu_linear_*/*x96x*' \
+  --gtest_output="xml:$OUT/fused_dense_cublaslt.xml"
+step bench_cuda 45 "$B/harness/suites/opforge-kernel-bench" --benchmark_filter='/cuda/|^probe/' \
   --benchmark_min_time=0.1 --benchmark_out="$OUT/bench_cuda.json" --benchmark_out_format=json
 
 echo "device check: $fails failed step(s); results in $OUT"
