@@ -32,9 +32,9 @@ struct BenchName {
 };
 
 // `<op>/<backend>/<dtype>/<entry>/<shape>[/threads:N]`, `peer/<lib>/<op>/...[/threads:N]`,
-// `probe/...[/threads:N]` (+ "/real_time")
+// `probe/...[/threads:N]` (+ "/real_time", or "/manual_time" for GPU benchmarks)
 BenchName parse_bench(std::string n) {
-  for (const char* suffix : {"/real_time", "/process_time"})
+  for (const char* suffix : {"/real_time", "/process_time", "/manual_time"})
     if (n.size() > std::strlen(suffix) && n.compare(n.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
       n.resize(n.size() - std::strlen(suffix));
   std::vector<std::string> p;

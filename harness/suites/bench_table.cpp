@@ -1,5 +1,7 @@
 #include "bench_table.h"
 
+#include "peers/peer.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -44,7 +46,7 @@ void TableReporter::print_table(std::FILE* out) const {
                  "\nwarning: a benchmark got only %.0f%% of a CPU (cpu_time / real_time): the machine is busy, "
                  "rates and bw_frac are unreliable\n",
                  100 * cpu_share_min_);
-  std::fprintf(out, "\n%-52s %9s %8s %9s  %s\n", "name", "GB/s", "%triad", "GFLOP/s", "vs peer (our speed / peer's)");
+  std::fprintf(out, "\n%-52s %9s %8s %9s  %s\n", "name", "GB/s", "%probe", "GFLOP/s", "vs peer (our speed / peer's)");
   for (const std::string& name : order_) {
     const Row& r = rows_.at(name);
     if (!r.error.empty()) {
@@ -56,10 +58,14 @@ void TableReporter::print_table(std::FILE* out) const {
       // ours: <op>/<backend>/<rest>; a peer of it: peer/<lib>/<op>/<rest>
       const size_t op_end = name.find('/'), backend_end = name.find('/', op_end + 1);
       const std::string op = name.substr(0, op_end), rest = name.substr(backend_end + 1);
+      const std::string backend = name.substr(op_end + 1, backend_end - op_end - 1);
       for (const auto& [pname, prow] : rows_) {
         if (pname.rfind("peer/", 0) != 0) continue;
         const size_t lib_end = pname.find('/', 5);
         if (pname.compare(lib_end + 1, std::string::npos, op + "/" + rest) != 0) continue;
+        // a peer is compared with our kernels on the device it runs on (peer.h: Adapter::backend)
+        const peers::Adapter* a = peers::find_adapter(pname.substr(5, lib_end - 5), op);
+        if ((a && !a->backend.empty() ? a->backend : std::string("cpu")) != backend) continue;
         if (!prow.error.empty() || prow.bytes_per_second <= 0) continue;
         char buf[96];
         std::snprintf(buf, sizeof buf, "%s%.2fx %s", peers.empty() ? "" : ", ",

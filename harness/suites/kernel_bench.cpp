@@ -5,16 +5,23 @@
 // and the manifest peers (`peer/<lib>/<op>/<dtype>/<entry>/<shape>/threads:<n>`, peers/).
 // Counters: bytes_per_second (CaseDesc::bytes: what an ideal kernel must move), FLOP/s
 // (CaseDesc::flops) and bw_frac = bytes_per_second / probe bandwidth at the same thread count.
-// Real time throughout (GPU kernels, threaded peers), hence the "/real_time" name suffix in JSON.
+// Real time for host work (threaded kernels and peers), hence the "/real_time" name suffix in JSON.
+// GPU benchmarks are timed by the device (events around each call, after a warm-up call; manual
+// time, "/manual_time"), rotate through copies of the case's buffers that together exceed the
+// device's L2 (a call never finds its inputs in cache), and report bw_frac against
+// `probe/device_copy/<backend>` (device_copy_probe.h), measured in the same run.
 #include <benchmark/benchmark.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +30,7 @@
 #include "ab_serve.h"
 #include "bandwidth_probe.h"
 #include "bench_table.h"
+#include "device_copy_probe.h"
 #include "case_data.h"
 #include "case_name.h"
 #include "opforge/build_info.h"
@@ -42,7 +50,7 @@ namespace {
 struct BenchCase {
   const OpInfo* op;
   const peers::Adapter* peer;  // null: our module on `backend`
-  std::string backend;
+  std::string backend;         // a peer's: its Adapter::backend ("" on the host)
   DType dtype;
   std::string entry;
   Shape shape;
@@ -63,7 +71,23 @@ struct Prepared {
   // --ab-serve's restage: the stagings not in use, rotated through (see restage)
   std::vector<std::unique_ptr<StagedCase>> parked_staged;
   std::vector<std::unique_ptr<peers::PeerRun>> parked_peer;
+  // GPU: more stagings of the case (or instances of a GPU peer), run in turn after the first, so
+  // that a call's inputs were last touched more than an L2 of traffic ago
+  std::vector<std::unique_ptr<StagedCase>> l2_rotation;
+  std::vector<std::unique_ptr<peers::PeerRun>> l2_rotation_peer;
+  size_t turn = 0;
+
+  StagedCase& next_staging() {
+    const size_t n = 1 + l2_rotation.size(), k = turn++ % n;
+    return k == 0 ? *staged : *l2_rotation[k - 1];
+  }
+  peers::PeerRun& next_peer() {
+    const size_t n = 1 + l2_rotation_peer.size(), k = turn++ % n;
+    return k == 0 ? *peer : *l2_rotation_peer[k - 1];
+  }
 };
+
+bool on_gpu(const BenchCase& bc) { return !bc.backend.empty() && bc.backend != "cpu"; }
 std::unique_ptr<Prepared> g_current;
 int g_failed = 0;  // benchmark runs that ended in SkipWithError
 uint64_t g_check_seed = 0;
@@ -76,6 +100,10 @@ std::string cross_check(const BenchCase& bc) {
   static std::map<std::string, std::string> done;
   const std::string key = bc.peer->lib + "/" + bc.op->name + "/" + std::string(dtype_name(bc.dtype)) + "/" + bc.entry;
   if (auto it = done.find(key); it != done.end()) return it->second;
+  if (bc.peer->timing_only) {
+    std::fprintf(stderr, "opforge bench: peer %s is timed, not cross-checked: %s\n", key.c_str(), bc.peer->timing_only);
+    return done[key] = "";
+  }
   std::string why;
   int compared = 0, shapes = 0;
   for (const Shape& shape : bc.op->cases) {
@@ -130,6 +158,25 @@ std::shared_ptr<const DrawnCase> shared_draw(const BenchCase& bc) {
   return drawn;
 }
 
+// Stagings of a GPU case (instances of a GPU peer) until all of them together hold twice the
+// device's L2 (at most 64).
+void add_l2_rotation(Prepared& p, const BenchCase& bc) {
+  const double l2 = double(Loader::instance().device(bc.backend).cache_bytes()), bytes = p.drawn->desc.bytes;
+  if (l2 <= 0 || bytes <= 0) return;
+  const size_t want = std::min<size_t>(64, size_t(std::ceil(2 * l2 / bytes)));
+  const Params params = bc.op->default_params();
+  while (bc.peer && 1 + p.l2_rotation_peer.size() < want) {
+    p.l2_rotation_peer.push_back(bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, *p.drawn));
+    p.l2_rotation_peer.back()->run();  // warm-up of this instance too
+  }
+  while (!bc.peer && 1 + p.l2_rotation.size() < want) {
+    auto s = std::make_unique<StagedCase>(bench_device(bc.backend), *bc.op, *p.drawn, bc.threads);
+    s->run(p.module);
+    s->synchronize();
+    p.l2_rotation.push_back(std::move(s));
+  }
+}
+
 Prepared& prepare(const BenchCase& bc) {
   if (g_current && g_current->name == bc.name) return *g_current;
   g_current.reset();  // free the previous case first
@@ -143,6 +190,7 @@ Prepared& prepare(const BenchCase& bc) {
       if (std::string why = cross_check(bc); !why.empty()) throw Error(why);
       p->peer = bc.peer->make({bc.entry, bc.dtype, bc.shape, params, bc.threads}, *p->drawn);
       p->peer->run();  // warm-up: first touch of outputs, lazy init
+      if (on_gpu(bc)) add_l2_rotation(*p, bc);
     } else {
       Loader& loader = Loader::instance();
       p->module = loader.load(*bc.op, bc.backend).info;
@@ -150,10 +198,13 @@ Prepared& prepare(const BenchCase& bc) {
       if (std::string why = p->staged->supports(p->module); !why.empty()) throw Error("unsupported: " + why);
       p->staged->run(p->module);
       p->staged->synchronize();
+      if (on_gpu(bc)) add_l2_rotation(*p, bc);
     }
   } catch (const std::exception& e) {
     p->error = e.what();
     p->staged.reset();
+    p->l2_rotation.clear();
+    p->l2_rotation_peer.clear();
     p->peer.reset();
   }
   g_current = std::move(p);
@@ -177,8 +228,20 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
     return;
   }
   const bool restore = p.staged && p.staged->has_inouts();
+  const bool gpu = on_gpu(bc);
   try {
     for (auto _ : st) {
+      if (gpu && p.peer) {  // manual time: the device's own, for this call only
+        peers::PeerRun& r = p.next_peer();
+        st.SetIterationTime(Loader::instance().device(bc.backend).time([&] { r.enqueue(); }));
+        continue;
+      }
+      if (gpu) {
+        StagedCase& s = p.next_staging();
+        if (restore) s.restore_inouts();
+        st.SetIterationTime(bench_device(bc.backend).time([&] { s.run(p.module); }));
+        continue;
+      }
       if (restore) {  // an inout kernel would otherwise feed on its own output
         st.PauseTiming();
         p.staged->restore_inouts();
@@ -202,8 +265,8 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
   // no FLOP/s for a case without arithmetic (e.g. a mask draw): the aggregates' cv of an all-zero
   // counter is 0/0, which google-benchmark writes as a bare NaN, and that is not JSON
   if (c.flops > 0) st.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["bw_frac"] =
-      benchmark::Counter(c.bytes / probe_bandwidth(bc.threads), benchmark::Counter::kIsIterationInvariantRate);
+  const double probe = gpu ? device_probe_bandwidth(bc.backend) : probe_bandwidth(bc.threads);
+  st.counters["bw_frac"] = benchmark::Counter(c.bytes / probe, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["threads"] = bc.threads;
   if (p.module && p.module->isa) st.SetLabel(p.module->isa);
 }
@@ -216,9 +279,10 @@ void add(BenchCase bc) {
   const std::string name = bc.name;
   g_case_order.push_back(name);
   g_cases.emplace(name, bc);
-  benchmark::RegisterBenchmark(name.c_str(), [bc = std::move(bc)](benchmark::State& st) { bench_case(st, bc); })
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
+  const bool gpu = on_gpu(bc);
+  auto* b =
+      benchmark::RegisterBenchmark(name.c_str(), [bc = std::move(bc)](benchmark::State& st) { bench_case(st, bc); });
+  (gpu ? b->UseManualTime() : b->UseRealTime())->Unit(benchmark::kMillisecond);
 }
 
 // Cases that cannot run here, grouped by reason so an absent GPU is one line, not sixty.
@@ -269,6 +333,10 @@ std::vector<int> thread_counts() {
 void register_cases() {
   Loader& loader = Loader::instance();
   NotRun not_run;
+  std::set<std::string> gpu_backends;  // each with its copy probe, registered before its kernels
+  for (const OpInfo& op : op_table())
+    for (const std::string& b : op.enabled_backends)
+      if (b != "cpu" && loader.availability(b).ok && gpu_backends.insert(b).second) register_device_probe(b);
   for (const OpInfo& op : op_table()) {
     for (const std::string& dt : op.dtypes) {
       const DType dtype = *dtype_from_name(dt);
@@ -292,12 +360,18 @@ void register_cases() {
                 not_run.add(peer_not_built(lib, op.name), name);
                 continue;
               }
+              if (!a->backend.empty() && threads != 1) continue;  // GPU peers: no host thread count
+              if (!a->backend.empty())
+                if (const Availability av = loader.availability(a->backend); !av.ok) {
+                  not_run.add("peer " + lib + ": backend " + a->backend + " not available here: " + av.reason, name);
+                  continue;
+                }
               const Params params = op.default_params();
               if (std::string why = a->unsupported({e.name, dtype, shape, params, threads}); !why.empty()) {
                 not_run.add(lib + " " + dt + ": " + why, name);
                 continue;
               }
-              add({&op, a, "", dtype, e.name, shape, threads, name});
+              add({&op, a, a->backend, dtype, e.name, shape, threads, name});
             }
           }
     }

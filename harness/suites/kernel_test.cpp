@@ -193,7 +193,8 @@ int register_tests() {
   for (const OpInfo& op : op_table())
     for (const std::string& lib : op.peers) {
       const peers::Adapter* a = peers::find_adapter(lib, op.name);
-      if (!a) continue;  // not built here (library missing): the benchmark reports it
+      if (!a) continue;              // not built here (library missing): the benchmark reports it
+      if (a->timing_only) continue;  // it does not compute the op (peer.h)
       for (const std::string& dtype : op.dtypes)
         for (const EntryInfo& entry : op.entries)
           for (const Shape& shape : op.cases) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -52,6 +53,9 @@ class RecyclingDevice final : public Device {
   void to_host(void* dst, const void* src, size_t bytes) override { real_.to_host(dst, src, bytes); }
   void synchronize() override { real_.synchronize(); }
   std::string describe() const override { return real_.describe(); }
+  void copy(void* dst, const void* src, size_t bytes) override { real_.copy(dst, src, bytes); }
+  double time(const std::function<void()>& enqueue) override { return real_.time(enqueue); }
+  size_t cache_bytes() const override { return real_.cache_bytes(); }
 
  private:
   Device& real_;

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +48,13 @@ class HostDevice final : public Device {
   void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
   std::string describe() const override { return "host CPU (" + host_cpu_model() + ")"; }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  double time(const std::function<void()>& enqueue) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    enqueue();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  size_t cache_bytes() const override { return 0; }  // the CPU benchmarks evict caches instead
 
   static std::string host_cpu_model() {
     std::ifstream in("/proc/cpuinfo");

@@ -10,6 +10,7 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <type_traits>
 
@@ -51,6 +52,12 @@ struct Driver {
   OPF_CU_FN(cuMemcpyDtoH)
   OPF_CU_FN(cuLaunchKernel)
   OPF_CU_FN(cuGetErrorName)
+  OPF_CU_FN(cuMemcpyDtoD)
+  OPF_CU_FN(cuEventCreate)
+  OPF_CU_FN(cuEventRecord)
+  OPF_CU_FN(cuEventSynchronize)
+  OPF_CU_FN(cuEventDestroy)
+  OPF_CU_FN(cuEventElapsedTime)  // cuEventElapsedTime_v2 (drivers >= 12.8), else the original
 #undef OPF_CU_FN
 
   // Loads the library and resolves every function, or records why not. Loading a library has no
@@ -90,6 +97,14 @@ struct Driver {
     OPF_CU_SYM(cuMemcpyDtoH);
     OPF_CU_SYM(cuLaunchKernel);
     OPF_CU_SYM(cuGetErrorName);
+    OPF_CU_SYM(cuMemcpyDtoD);
+    OPF_CU_SYM(cuEventCreate);
+    OPF_CU_SYM(cuEventRecord);
+    OPF_CU_SYM(cuEventSynchronize);
+    OPF_CU_SYM(cuEventDestroy);
+    // _v2 where the driver has it (>= 12.8); the original has the same signature
+    cuEventElapsedTime = reinterpret_cast<decltype(cuEventElapsedTime)>(::dlsym(handle, OPF_STR(cuEventElapsedTime)));
+    if (!cuEventElapsedTime) sym(cuEventElapsedTime, "cuEventElapsedTime");
 #undef OPF_CU_SYM
     if (!ok) handle = nullptr;  // kept loaded (dlclose of a driver is not worth the risk)
   }
@@ -213,6 +228,35 @@ struct CudaApi {
     return driver().cuMemcpyHtoDAsync(CUdeviceptr(dst), src, bytes, static_cast<CUstream>(stream));
   }
   int synchronize() { return driver().cuCtxSynchronize(); }
+  int copy(void* dst, const void* src, size_t bytes) {
+    return driver().cuMemcpyDtoD(CUdeviceptr(dst), CUdeviceptr(src), bytes);
+  }
+  int time(const std::function<void()>& enqueue, double* seconds) {
+    Driver& d = driver();
+    struct Events {  // destroyed whatever enqueue() throws
+      CUevent e[2] = {};
+      ~Events() {
+        for (CUevent x : e)
+          if (x) driver().cuEventDestroy(x);
+      }
+    } ev;
+    CUresult rc = d.cuEventCreate(&ev.e[0], CU_EVENT_DEFAULT);
+    if (rc == CUDA_SUCCESS) rc = d.cuEventCreate(&ev.e[1], CU_EVENT_DEFAULT);
+    if (rc == CUDA_SUCCESS) rc = d.cuEventRecord(ev.e[0], nullptr);
+    if (rc != CUDA_SUCCESS) return rc;
+    enqueue();
+    if (rc = d.cuEventRecord(ev.e[1], nullptr); rc == CUDA_SUCCESS) rc = d.cuEventSynchronize(ev.e[1]);
+    float ms = 0;
+    if (rc == CUDA_SUCCESS) rc = d.cuEventElapsedTime(&ms, ev.e[0], ev.e[1]);
+    *seconds = double(ms) / 1e3;
+    return rc;
+  }
+  size_t l2_bytes() const {
+    int v = 0;
+    return driver().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, probe().dev) == CUDA_SUCCESS && v > 0
+               ? size_t(v)
+               : 0;
+  }
 
   std::vector<std::string> jit_identity(const JitSource& src) const {
     const std::string a = cuda_jit_arch();

@@ -11,6 +11,9 @@
 //   std::string arch() const; std::string device_name() const;   of device 0
 //   int load(Module*, const std::string& path);     code object from a file (throws if unreadable)
 //   int to_device(void* dst, const void* src, size_t); int to_host(void* dst, const void* src, size_t);
+//   int copy(void* dst, const void* src, size_t);   device to device, on the default stream
+//   int time(const std::function<void()>& enqueue, double* seconds);   events around enqueue()
+//   size_t l2_bytes() const;                        of device 0 (0: unknown)
 //   std::vector<std::string> jit_identity(const JitSource&) const;   compiler, arch and options
 //   void jit_compile(const std::string& op, const JitSource&, const std::string& out_path,
 //                    const std::string& log_path) const;             throws, naming log_path
@@ -18,6 +21,7 @@
 
 #include <dlfcn.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +93,18 @@ class GpuDevice final : public Device {
     gpu_check(api_, api_.synchronize(), "synchronize");
   }
   std::string describe() const override { return api_.device_name() + " (" + api_.arch() + ")"; }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    gpu_ready(api_);
+    gpu_check(api_, api_.copy(dst, src, bytes), "device-to-device copy");
+    gpu_check(api_, api_.synchronize(), "synchronize");
+  }
+  double time(const std::function<void()>& enqueue) override {
+    gpu_ready(api_);
+    double seconds = 0;
+    gpu_check(api_, api_.time(enqueue, &seconds), "timing with events");
+    return seconds;
+  }
+  size_t cache_bytes() const override { return api_.l2_bytes(); }
 
  private:
   Api& api_;

@@ -10,6 +10,7 @@
 #include <hip/hiprtc.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <type_traits>
 
@@ -43,6 +44,13 @@ struct Runtime {
   OPF_HIP_FN(hipMemcpyHtoDAsync)
   OPF_HIP_FN(hipMemcpyDtoH)
   OPF_HIP_FN(hipGetErrorName)
+  OPF_HIP_FN(hipMemcpyDtoD)
+  OPF_HIP_FN(hipEventCreate)
+  OPF_HIP_FN(hipEventRecord)
+  OPF_HIP_FN(hipEventSynchronize)
+  OPF_HIP_FN(hipEventElapsedTime)
+  OPF_HIP_FN(hipEventDestroy)
+  OPF_HIP_FN(hipDeviceGetAttribute)
   OPF_HIP_FN(hiprtcVersion)
   OPF_HIP_FN(hiprtcGetErrorString)
   OPF_HIP_FN(hiprtcCreateProgram)
@@ -89,6 +97,13 @@ struct Runtime {
     OPF_HIP_SYM(hipMemcpyHtoDAsync);
     OPF_HIP_SYM(hipMemcpyDtoH);
     OPF_HIP_SYM(hipGetErrorName);
+    OPF_HIP_SYM(hipMemcpyDtoD);
+    OPF_HIP_SYM(hipEventCreate);
+    OPF_HIP_SYM(hipEventRecord);
+    OPF_HIP_SYM(hipEventSynchronize);
+    OPF_HIP_SYM(hipEventElapsedTime);
+    OPF_HIP_SYM(hipEventDestroy);
+    OPF_HIP_SYM(hipDeviceGetAttribute);
     OPF_HIP_SYM(hiprtcVersion);
     OPF_HIP_SYM(hiprtcGetErrorString);
     OPF_HIP_SYM(hiprtcCreateProgram);
@@ -193,6 +208,33 @@ struct HipApi {
     return runtime().hipMemcpyHtoDAsync(dst, const_cast<void*>(src), bytes, static_cast<hipStream_t>(stream));
   }
   int synchronize() { return runtime().hipDeviceSynchronize(); }
+  int copy(void* dst, const void* src, size_t bytes) {
+    return runtime().hipMemcpyDtoD(dst, const_cast<void*>(src), bytes);
+  }
+  int time(const std::function<void()>& enqueue, double* seconds) {
+    Runtime& r = runtime();
+    struct Events {  // destroyed whatever enqueue() throws
+      hipEvent_t e[2] = {};
+      ~Events() {
+        for (hipEvent_t x : e)
+          if (x) (void)runtime().hipEventDestroy(x);  // nothing to do about a failure here
+      }
+    } ev;
+    hipError_t rc = r.hipEventCreate(&ev.e[0]);
+    if (rc == hipSuccess) rc = r.hipEventCreate(&ev.e[1]);
+    if (rc == hipSuccess) rc = r.hipEventRecord(ev.e[0], nullptr);
+    if (rc != hipSuccess) return rc;
+    enqueue();
+    if (rc = r.hipEventRecord(ev.e[1], nullptr); rc == hipSuccess) rc = r.hipEventSynchronize(ev.e[1]);
+    float ms = 0;
+    if (rc == hipSuccess) rc = r.hipEventElapsedTime(&ms, ev.e[0], ev.e[1]);
+    *seconds = double(ms) / 1e3;
+    return rc;
+  }
+  size_t l2_bytes() const {
+    int v = 0;
+    return runtime().hipDeviceGetAttribute(&v, hipDeviceAttributeL2CacheSize, 0) == hipSuccess && v > 0 ? size_t(v) : 0;
+  }
 
   std::vector<std::string> jit_identity(const JitSource& src) const {
     const std::string a = hip_jit_arch();

@@ -29,6 +29,9 @@ class PeerRun {
   virtual bool output(std::string_view name, int list_index, std::vector<double>& out) const {
     return list_index < 0 && output(name, out);
   }
+  // A GPU peer (Adapter::backend): puts one call's work on the device's default stream without
+  // waiting, so the benchmark times it with the device's events, as it times our GPU kernels.
+  virtual void enqueue() { run(); }
 };
 
 struct PeerCase {
@@ -42,10 +45,26 @@ struct PeerCase {
 struct Adapter {
   std::string lib, op;
   // Empty when the peer computes this case; otherwise why not (cheap: no data touched).
-  std::string (*unsupported)(const PeerCase& c);
+  std::string (*unsupported)(const PeerCase& c) = nullptr;
   // Sets up the peer's buffers from the drawn case (our inputs, in our dtypes).
-  std::unique_ptr<PeerRun> (*make)(const PeerCase& c, const DrawnCase& drawn);
+  std::unique_ptr<PeerRun> (*make)(const PeerCase& c, const DrawnCase& drawn) = nullptr;
+  // "" for a host peer (host memory, the benchmark's thread count); else the GPU backend it runs
+  // on: benchmarked at one host thread beside our kernels on that backend only.
+  std::string backend;
+  // Non-null for a peer that times a part of the op without computing it (e.g. the GEMMs without
+  // their epilogues): why it is never cross-checked against the reference.
+  const char* timing_only = nullptr;
 };
+
+// OPF_PEER_ADAPTER's arguments as an Adapter (backend and timing_only optional).
+inline Adapter adapter(std::string lib, std::string op, std::string (*unsupported)(const PeerCase&),
+                       std::unique_ptr<PeerRun> (*make)(const PeerCase&, const DrawnCase&), std::string backend = "",
+                       const char* timing_only = nullptr) {
+  Adapter a;
+  a.lib = std::move(lib), a.op = std::move(op), a.unsupported = unsupported, a.make = make;
+  a.backend = std::move(backend), a.timing_only = timing_only;
+  return a;
+}
 
 const std::vector<Adapter>& adapters();
 const Adapter* find_adapter(std::string_view lib, std::string_view op);
@@ -58,5 +77,5 @@ struct Registration {
 
 #define OPF_PEER_ADAPTER(ident, ...)                                              \
   static const ::opf::suites::peers::Registration opf_peer_registration_##ident { \
-    ::opf::suites::peers::Adapter { __VA_ARGS__ }                                 \
+    ::opf::suites::peers::adapter(__VA_ARGS__)                                    \
   }

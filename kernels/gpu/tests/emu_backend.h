@@ -9,7 +9,9 @@
 #include <link.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -98,6 +100,14 @@ struct EmuApi {
     return 0;
   }
   int synchronize() { return 0; }
+  int copy(void* dst, const void* src, size_t bytes) { return to_device(dst, src, bytes); }
+  int time(const std::function<void()>& enqueue, double* seconds) {  // the launches run on the host
+    const auto t0 = std::chrono::steady_clock::now();
+    enqueue();
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return 0;
+  }
+  size_t l2_bytes() const { return 0; }
   std::vector<std::string> jit_identity(const detail::JitSource&) const { throw Error("emu: no JIT"); }
   void jit_compile(const std::string&, const detail::JitSource&, const std::string&, const std::string&) const {
     throw Error("emu: no JIT");

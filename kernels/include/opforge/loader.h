@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +24,15 @@ class Device {
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
   virtual std::string describe() const = 0;  // e.g. "NVIDIA H100 (sm_90)"
+  // Device-to-device copy, waited for (the GPU benchmarks' copy probe).
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Seconds the device spends on the work `enqueue` puts on the default stream: GPUs record events
+  // around it and wait for the second (launch overhead on the host is not counted); the host
+  // device times enqueue() itself.
+  virtual double time(const std::function<void()>& enqueue) = 0;
+  // The device's last-level cache in bytes (GPU: L2), 0 when unknown: benchmarks rotate their
+  // inputs through more than this.
+  virtual size_t cache_bytes() const = 0;
 };
 
 // jit_specialized: a CPU JIT module whose (entry, storage dtype) pairs are compiled, or found in

@@ -203,14 +203,16 @@ inline cudaDataType_t cuda_type(opf::DType t) {
 
 // The entry's GEMMs, in the order they must run, mapped as apex's fused_dense maps them: a
 // row-major [r, c] tensor is a column-major c x r matrix, so y = x·wᵀ is yᵀ = w·xᵀ with
-// m = hidden, n = batch, k = in. `a` holds the call's arguments in manifest order; dh is an f32
-// [batch, hidden] scratch (linear_gelu_linear_backward's dH). "" on success, else why cuBLASLt
-// does not take the call (nothing is launched then).
-inline std::string gemms(const std::string& entry, opf::DType dt, const opf_gpu_args& a, void* dh,
-                         std::vector<Gemm>& g) {
+// m = hidden, n = batch, k = in. `a` holds the call's arguments in manifest order; dh is a
+// [batch, hidden] scratch of the storage dtype (linear_gelu_linear_backward's dH; f32 where
+// cuBLASLt takes the call). "" on success, else why cuBLASLt does not take the call (nothing is
+// launched then). epilogues = false: the same GEMMs with none of the epilogues, in every dtype
+// (the `cublaslt` peer: the time of the GEMMs alone, not the op).
+inline std::string gemms(const std::string& entry, opf::DType dt, const opf_gpu_args& a, void* dh, std::vector<Gemm>& g,
+                         bool epilogues = true) {
   g.clear();
   const bool gelu = entry == "linear_gelu_linear_forward" || entry == "linear_gelu_linear_backward";
-  if (gelu && dt != opf::DType::f32)
+  if (gelu && dt != opf::DType::f32 && epilogues)
     return "linear_gelu_linear keeps its intermediates in f32 (ref.cpp); cuBLASLt would read them as " +
            std::string(opf::dtype_name(dt));
   auto dim = [&](int arg, int d) { return int64_t(a.arg_shape[arg][d]); };
@@ -249,6 +251,8 @@ inline std::string gemms(const std::string& entry, opf::DType dt, const opf_gpu_
   } else {
     return "no entry '" + entry + "'";
   }
+  if (!epilogues)
+    for (Gemm& x : g) x.epilogue = CUBLASLT_EPILOGUE_DEFAULT, x.bias = nullptr, x.aux = nullptr, x.ldaux = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     if (g[i].m == 0 || g[i].n == 0 || g[i].k == 0) return "GEMM " + std::to_string(i) + " is empty";
     if (g[i].aux && g[i].ldaux % 8 != 0)  // cublasLt.h: the GELU input's leading dimension
