@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -261,15 +262,18 @@ class GpuModule {
     if (std::string why = gpu_make_args(*info_op_, c, a); !why.empty()) return op_ + "/" + backend_ + ": " + why;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
     if (gpu_list_mask(*e)) {
+      // The launcher cuts its lists itself: check them with one chunk per tensor (chunk 1 would
+      // build a table entry per element).
       GpuListTable table;
-      if (std::string why = table.build(*e, c, storage_dtype(c), 1); !why.empty())
+      if (std::string why = table.build(*e, c, storage_dtype(c), std::numeric_limits<long long>::max()); !why.empty())
         return op_ + "/" + backend_ + " " + c->entry + ": " + why;
     }
     return "";
   }
 
   // Everything run() checks before launching: "" when the call is well-formed for this module.
-  std::string check(const opf_call* c) const {
+  // A list entry's chunk table is built on the way; `table` (if given) keeps it for run().
+  std::string check(const opf_call* c, GpuListTable* table = nullptr) const {
     auto it = entries_.find(c->entry ? c->entry : "");
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
@@ -278,8 +282,9 @@ class GpuModule {
     if (!it->second.kernels.count(dtype)) return op_ + "/" + backend_ + ": no kernels for dtype " + dtype;
     if (std::string why = check_tensors(c); !why.empty()) return op_ + "/" + backend_ + " " + c->entry + ": " + why;
     if (it->second.lists) {
-      GpuListTable table;
-      if (std::string why = table.build(*info_op_->find_entry(c->entry), c, storage_dtype(c), it->second.plan.chunk);
+      GpuListTable local;
+      GpuListTable& t = table ? *table : local;
+      if (std::string why = t.build(*info_op_->find_entry(c->entry), c, storage_dtype(c), it->second.plan.chunk);
           !why.empty())
         return op_ + "/" + backend_ + " " + c->entry + ": " + why;
     }
@@ -287,7 +292,8 @@ class GpuModule {
   }
 
   std::string run(const opf_call* c) {
-    if (std::string why = check(c); !why.empty()) return why;
+    GpuListTable table;  // a list entry's, built by check()
+    if (std::string why = check(c, &table); !why.empty()) return why;
     auto it = entries_.find(c->entry);
     if (it == entries_.end()) return op_ + "/" + backend_ + ": no entry '" + (c->entry ? c->entry : "(null)") + "'";
     opf_gpu_args a;
@@ -296,9 +302,7 @@ class GpuModule {
     auto k = it->second.kernels.find(dtype);
     const opf_gpu_plan& plan = it->second.plan;
 
-    GpuListTable table;
     if (it->second.lists) {
-      table.build(*info_op_->find_entry(c->entry), c, storage_dtype(c), plan.chunk);  // check() passed
       a.rows = table.ntensors();
       a.cols = table.nchunks();
     }
