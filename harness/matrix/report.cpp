@@ -29,14 +29,21 @@ struct BenchName {
   std::string kind;  // ours, peer, probe
   std::string op, impl, dtype, entry, shape;
   std::string threads;  // "1", "2", ... from a "/threads:N" component; "" when the name has none
+  // The GPU a benchmark ran on ("" on the host): our rows' backend; "gpu" for a GPU peer, whose
+  // name does not say which; the backend of a `probe/device_copy/<backend>`. GPU benchmarks are
+  // the device-timed ones ("/manual_time").
+  std::string device;
 };
 
 // `<op>/<backend>/<dtype>/<entry>/<shape>[/threads:N]`, `peer/<lib>/<op>/...[/threads:N]`,
 // `probe/...[/threads:N]` (+ "/real_time", or "/manual_time" for GPU benchmarks)
 BenchName parse_bench(std::string n) {
+  bool device_timed = false;
   for (const char* suffix : {"/real_time", "/process_time", "/manual_time"})
-    if (n.size() > std::strlen(suffix) && n.compare(n.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+    if (n.size() > std::strlen(suffix) && n.compare(n.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
       n.resize(n.size() - std::strlen(suffix));
+      device_timed = std::strcmp(suffix, "/manual_time") == 0;
+    }
   std::vector<std::string> p;
   size_t pos = 0;
   while (true) {
@@ -55,16 +62,21 @@ BenchName parse_bench(std::string n) {
     b.kind = "probe";
     b.op = n;
   } else if (p[0] == "peer" && p.size() >= 6) {
-    b = {"peer", p[2], p[1], p[3], p[4], p[5], ""};
+    b = {"peer", p[2], p[1], p[3], p[4], p[5], "", ""};
   } else if (p.size() >= 5) {
-    b = {"ours", p[0], p[1], p[2], p[3], p[4], ""};
+    b = {"ours", p[0], p[1], p[2], p[3], p[4], "", ""};
   } else {
     b.kind = "other";
     b.op = n;
   }
   b.threads = threads;
+  if (b.kind == "probe" && p.size() >= 3 && p[1] == "device_copy") b.device = p[2];
+  else if (device_timed && (b.kind == "ours" || b.kind == "peer")) b.device = b.kind == "ours" ? b.impl : "gpu";
   return b;
 }
+
+// Which probe a row is measured against: the host probe at its thread count, or its GPU's copy.
+std::string probe_key(const BenchName& n) { return n.device.empty() ? n.threads : "device:" + n.device; }
 
 struct Cell {
   json::Value rec;
@@ -130,10 +142,22 @@ std::string dur(double s) {
 // count when present (same process, same moment), else its first probe, else the harness's triad
 // from the run manifest.
 double probe_gbs(const Cell& c, const Run& r, const std::string& threads, std::string& source) {
+  if (threads.rfind("device:", 0) == 0) {  // a GPU row: the device copy probe of its backend
+    const std::string dev = threads.substr(7);
+    for (const auto& b : c.bench) {
+      const BenchName n = parse_bench(b.name);
+      if (n.kind == "probe" && !n.device.empty() && (n.device == dev || dev == "gpu") && b.bytes_per_second > 0) {
+        source = b.name + " (in the benchmark run)";
+        return b.bytes_per_second / 1e9;
+      }
+    }
+    source = "no probe/device_copy/" + dev + " in the benchmark run";
+    return 0;
+  }
   const BenchSamples* any = nullptr;
   for (const auto& b : c.bench) {
     const BenchName n = parse_bench(b.name);
-    if (n.kind != "probe" || b.bytes_per_second <= 0) continue;
+    if (n.kind != "probe" || !n.device.empty() || b.bytes_per_second <= 0) continue;
     if (n.threads == threads) {
       source = b.name + " (in the benchmark run)";
       return b.bytes_per_second / 1e9;
@@ -344,12 +368,16 @@ std::map<std::string, double> probe_by_threads(const Cell& c, const Run& r, cons
                                                std::string& refs) {
   std::set<std::string> thread_counts;
   for (const auto& [op, rows] : by_op)
-    for (const auto& [n, b] : rows) thread_counts.insert(n.threads);
-  std::map<std::string, double> probe;  // threads -> GB/s
+    for (const auto& [n, b] : rows) thread_counts.insert(probe_key(n));
+  std::map<std::string, double> probe;  // threads (or "device:<backend>") -> GB/s
   for (const std::string& t : thread_counts) {
     std::string src;
     probe[t] = probe_gbs(c, r, t, src);
-    refs += (refs.empty() ? "" : "; ") + (t.empty() ? std::string("") : t + " thread(s): ") +
+    const bool dev = t.rfind("device:", 0) == 0;
+    refs += (refs.empty() ? "" : "; ") +
+            (t.empty() ? std::string("")
+             : dev     ? t.substr(7) + ": "
+                       : t + " thread(s): ") +
             fmt("%.1f GB/s", probe[t]) + " (" + src + ")";
   }
   return probe;
@@ -374,7 +402,12 @@ void append_op(Section& s, const Cell& c, const std::string& op, OpRows& rows, s
     auto kb = std::tie(b.first.dtype, b.first.entry, b.first.shape, b.first.threads, b.first.kind, b.first.impl);
     return ka < kb;
   });
-  const double chart_ref = probe.rbegin()->second;
+  double chart_ref = probe.rbegin()->second;  // the host probe at the most threads, if any row is host work
+  for (auto it = probe.rbegin(); it != probe.rend(); ++it)
+    if (it->first.rfind("device:", 0) != 0) {
+      chart_ref = it->second;
+      break;
+    }
   svg::BarChart chart;
   chart.title = op + " (" + c.rec.str("name") + ")";
   chart.unit = "GB/s";
@@ -384,14 +417,16 @@ void append_op(Section& s, const Cell& c, const std::string& op, OpRows& rows, s
   s.md +=
       "| op case | threads | impl | median time | GB/s | % of probe | vs ours "
       "|\n|---|---:|---|---:|---:|---:|---:|\n";
-  std::map<std::string, double> ours;  // case -> GB/s of our first backend
-  auto case_key = [](const BenchName& n) { return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads; };
+  std::map<std::string, double> ours;  // case -> GB/s of our first backend on that side (host or GPU)
+  auto case_key = [](const BenchName& n) {
+    return n.dtype + " " + n.entry + " " + n.shape + " " + n.threads + (n.device.empty() ? "" : " gpu");
+  };
   for (const auto& [n, b] : rows)
     if (n.kind == "ours" && !ours.count(case_key(n))) ours[case_key(n)] = b->bytes_per_second / 1e9;
   for (const auto& [n, b] : rows) {
     double gbs = b->bytes_per_second / 1e9;
     double med = stats::median(b->ns);
-    const double pr = probe[n.threads];
+    const double pr = probe[probe_key(n)];
     const std::string tlabel = n.threads.empty() ? "" : " · " + n.threads + "T";
     std::string label =
         n.dtype + " " + n.entry + " " + n.shape + tlabel + " · " + (n.kind == "peer" ? "peer " : "") + n.impl;

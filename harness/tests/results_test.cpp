@@ -124,7 +124,13 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
                   {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time",
                    opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
                   {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time",
-                   opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)}},
+                   opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)},
+                  // GPU rows (device-timed): against the device copy probe, never the host triad
+                  {"probe/device_copy/cuda/manual_time", opf::testing::normal_samples(seed + 5, 10, 0.1e6, 1e3)},
+                  {"layer_norm/cuda/f32/forward/4096x4096/threads:1/manual_time",
+                   opf::testing::normal_samples(seed + 6, 10, 0.25e6 * slow, 2.5e3)},
+                  {"peer/cublaslt/layer_norm/f32/forward/4096x4096/threads:1/manual_time",
+                   opf::testing::normal_samples(seed + 7, 10, 0.5e6, 5e3)}},
                  128e6));
   files::write_atomic(cd + "/meson/testlog.junit.xml", kJunit);
   json::Value probe;
@@ -231,6 +237,21 @@ TEST(Report, SelfContainedHtmlWithEverySection) {
     EXPECT_NE(line.find("| 20 % | 1.00x |"), std::string::npos) << line;  // each against its own probe
   }
   EXPECT_NE(r.markdown.find("peer onednn"), std::string::npos);
+  // GPU: 128e6 B / 0.25 ms = 512 GB/s against the copy probe's 1280 GB/s (0.1 ms): 40 %; its GPU
+  // peer (0.5 ms) is compared with our GPU row (0.5x), the CPU rows with the host probe as above
+  for (const char* row : {"| f32 forward 4096x4096 | 1 | cuda |", "| f32 forward 4096x4096 | 1 | peer cublaslt |"}) {
+    const size_t at = r.markdown.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << r.markdown;
+    const std::string line = r.markdown.substr(at, r.markdown.find('\n', at) - at);
+    EXPECT_NE(line.find(std::string(row).find("peer") != std::string::npos ? "| 20 % | 0.50x |" : "| 40 % | 1.00x |"),
+              std::string::npos)
+        << line;
+  }
+  const auto dev = r.markdown.find("; cuda: ");
+  ASSERT_NE(dev, std::string::npos) << r.markdown;
+  EXPECT_NEAR(std::atof(r.markdown.c_str() + dev + 8), 1280.0, 20.0);  // 128e6 B / ~0.1 ms (1 % noise)
+  EXPECT_EQ(r.markdown.compare(r.markdown.find(" GB/s", dev), 45, " GB/s (probe/device_copy/cuda/manual_time (in"), 0)
+      << r.markdown.substr(dev, 120);
   auto ref = r.markdown.find("bandwidth reference 1 thread(s): ");
   ASSERT_NE(ref, std::string::npos) << r.markdown;
   EXPECT_NEAR(std::atof(r.markdown.c_str() + ref + 33), 128.0, 2.0);  // mean of 128e6 B / ~1 ms (1 % noise)
