@@ -80,6 +80,27 @@ const char* kJunit = R"XML(<?xml version="1.0" encoding="utf-8"?>
 </testsuites>
 )XML";
 
+// The cell's benchmark JSON: host rows with the triad probes, GPU rows with a device copy probe.
+void write_bench(const std::string& cd, double slow, uint64_t seed) {
+  files::write_atomic(
+      cd + "/bench/opforge-kernel-bench.json",
+      bench_json({{"probe/stream_triad/threads:1/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
+                  {"probe/stream_triad/threads:2/real_time", opf::testing::normal_samples(seed + 3, 10, 0.5e6, 0.5e4)},
+                  {"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time",
+                   opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
+                  {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time",
+                   opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
+                  {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time",
+                   opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)},
+                  // GPU rows (device-timed): against the device copy probe, never the host triad
+                  {"probe/device_copy/cuda/manual_time", opf::testing::normal_samples(seed + 5, 10, 0.1e6, 1e3)},
+                  {"layer_norm/cuda/f32/forward/4096x4096/threads:1/manual_time",
+                   opf::testing::normal_samples(seed + 6, 10, 0.25e6 * slow, 2.5e3)},
+                  {"peer/cublaslt/layer_norm/f32/forward/4096x4096/threads:1/manual_time",
+                   opf::testing::normal_samples(seed + 7, 10, 0.5e6, 5e3)}},
+                 128e6));
+}
+
 // A finished run with one cell; `slow` scales its benchmark times.
 void write_run(const std::string& dir, const std::string& cell_id, const std::string& cell_name, double slow,
                uint64_t seed) {
@@ -115,23 +136,7 @@ void write_run(const std::string& dir, const std::string& cell_id, const std::st
   files::write_atomic(dir + "/run.json", json::dump(run));
 
   std::string cd = dir + "/cells/" + cell_id;
-  files::write_atomic(
-      cd + "/bench/opforge-kernel-bench.json",
-      bench_json({{"probe/stream_triad/threads:1/real_time", opf::testing::normal_samples(seed, 10, 1e6, 1e4)},
-                  {"probe/stream_triad/threads:2/real_time", opf::testing::normal_samples(seed + 3, 10, 0.5e6, 0.5e4)},
-                  {"layer_norm/cpu/f32/forward/4096x4096/threads:1/real_time",
-                   opf::testing::normal_samples(seed + 1, 10, 5e6 * slow, 5e4)},
-                  {"layer_norm/cpu/f32/forward/4096x4096/threads:2/real_time",
-                   opf::testing::normal_samples(seed + 4, 10, 2.5e6 * slow, 2.5e4)},
-                  {"peer/onednn/layer_norm/f32/forward/4096x4096/threads:1/real_time",
-                   opf::testing::normal_samples(seed + 2, 10, 4e6, 4e4)},
-                  // GPU rows (device-timed): against the device copy probe, never the host triad
-                  {"probe/device_copy/cuda/manual_time", opf::testing::normal_samples(seed + 5, 10, 0.1e6, 1e3)},
-                  {"layer_norm/cuda/f32/forward/4096x4096/threads:1/manual_time",
-                   opf::testing::normal_samples(seed + 6, 10, 0.25e6 * slow, 2.5e3)},
-                  {"peer/cublaslt/layer_norm/f32/forward/4096x4096/threads:1/manual_time",
-                   opf::testing::normal_samples(seed + 7, 10, 0.5e6, 5e3)}},
-                 128e6));
+  write_bench(cd, slow, seed);
   files::write_atomic(cd + "/meson/testlog.junit.xml", kJunit);
   json::Value probe;
   probe.set("schema", "opforge.probe/1");
