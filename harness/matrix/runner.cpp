@@ -243,6 +243,15 @@ void step_bench(CellRun& c) {
       std::error_code ec;
       fs::rename(out + ".partial", out, ec);  // the JSON is the benchmark's own, unchanged
       outputs.push("bench/" + name + ".json");
+      json::Value debt = c.record.get("gpu_debt");  // GPU benchmarks owed, beside the GPU tests
+      if (!debt.is_array()) debt = json::Array{};
+      for (const CaseResult& k : bench_gpu_debt(out)) {
+        json::Value d;
+        d.set("test", k.key);
+        d.set("reason", k.message);
+        debt.push(d);
+      }
+      c.record.set("gpu_debt", debt);
     } else {
       break;
     }

@@ -175,6 +175,27 @@ bool is_gpu_debt(const CaseResult& c) {
   return std::regex_search(c.key, gpu) || std::regex_search(c.message, gpu);
 }
 
+std::vector<CaseResult> bench_gpu_debt(const std::string& bench_json_path) {
+  std::vector<CaseResult> out;
+  json::Value doc;
+  try {
+    doc = json::parse_file(bench_json_path);
+  } catch (const Error&) {
+    return out;  // the bench step reports its own failure
+  }
+  const std::string lines = doc.get("context").str("opforge_not_run", "");
+  for (size_t a = 0, b; a < lines.size(); a = b + 1) {
+    b = lines.find('\n', a);
+    if (b == std::string::npos) b = lines.size();
+    const std::string line = lines.substr(a, b - a);
+    const size_t head = line.find("): ");
+    CaseResult c{"bench: " + line.substr(0, head == std::string::npos ? line.size() : head + 1), "skip",
+                 head == std::string::npos ? line : line.substr(head + 3), 0};
+    if (!line.empty() && is_gpu_debt(c)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json::Value cases_json(const std::vector<CaseResult>& cases) {
   json::Value a = json::Array{};
   for (const auto& c : cases) {

@@ -30,6 +30,11 @@ std::vector<CaseResult> collect_cell_tests(const std::string& cell_dir);
 // Skipped for lack of a device (CUDA/HIP/GPU/driver named in the case or its skip message).
 bool is_gpu_debt(const CaseResult& c);
 
+// The GPU benchmarks a google-benchmark JSON of opforge-kernel-bench says it could not run (its
+// context's `opforge_not_run` lines naming a device), as skipped cases ("bench: N not run (...)"):
+// owed to a device like the GPU tests. Empty when the file has no such lines or is unreadable.
+std::vector<CaseResult> bench_gpu_debt(const std::string& bench_json_path);
+
 json::Value cases_json(const std::vector<CaseResult>& cases);
 std::vector<CaseResult> cases_from_json(const json::Value& v);
 

@@ -210,6 +210,23 @@ TEST(TestResults, JunitCasesAndSkipReasons) {
   EXPECT_THROW(read_junit(t.path + "/bad.xml"), Error);
 }
 
+// The benchmark's GPU cases it could not run are GPU debt like the skipped GPU tests; its other
+// "not run" lines (a peer's own limits) are not.
+TEST(TestResults, BenchmarksNotRunForLackOfADeviceAreOwed) {
+  TempDir t;
+  files::write_atomic(
+      t.path + "/b.json",
+      R"({"context": {"opforge_not_run": "336 not run (layer_norm/cuda/f32/forward/4096x4096/threads:1, ...): backend )"
+      R"(cuda not available here: no CUDA driver (libcuda.so.1 not loadable)\n4 not run (peer/torch/rms_norm/f16/)"
+      R"(backward/4096x4096/threads:1, ...): torch f16: f16 backward misses the tolerance\n"}, "benchmarks": []})");
+  const auto debt = bench_gpu_debt(t.path + "/b.json");
+  ASSERT_EQ(debt.size(), 1u);
+  EXPECT_EQ(debt[0].key, "bench: 336 not run (layer_norm/cuda/f32/forward/4096x4096/threads:1, ...)");
+  EXPECT_EQ(debt[0].message, "backend cuda not available here: no CUDA driver (libcuda.so.1 not loadable)");
+  EXPECT_EQ(debt[0].result, "skip");
+  EXPECT_TRUE(bench_gpu_debt(t.path + "/missing.json").empty());
+}
+
 TEST(TestResults, BenchmarkJsonKeepsEveryRepetition) {
   TempDir t;
   files::write_atomic(t.path + "/b.json", bench_json({{"x/cpu/f32/forward/8/real_time", {1000, 1100, 900}}}, 0));
