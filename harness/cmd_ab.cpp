@@ -23,7 +23,7 @@ void add_ab_command(CLI::App& app) {
   struct Args {
     matrix::AbOptions o;
     std::vector<std::string> base_env, head_env;
-    bool no_instructions = false, no_restage = false;
+    bool no_instructions = false, no_restage = false, no_confirm = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub =
@@ -51,6 +51,8 @@ void add_ab_command(CLI::App& app) {
   sub->add_flag("--no-restage", a->no_restage,
                 "Keep each case's buffers for all rounds (default: new buffers every round, "
                 "so a process's page placement is noise, not a bias)");
+  sub->add_flag("--no-confirm", a->no_confirm,
+                "Keep a SLOWER verdict without confirming it in a second pair of processes (default: confirm)");
   sub->add_option("--repo", a->o.repo, "Git repository revisions are read from (default: this opforge's source tree)");
   sub->add_option("-D", a->o.meson_options, "Extra Meson option for both builds (KEY=VALUE, repeatable)");
   sub->add_option("--base-env", a->base_env, "KEY=VALUE for the base build's benchmark process (repeatable)");
@@ -69,6 +71,7 @@ void add_ab_command(CLI::App& app) {
         }
       a->o.instructions = !a->no_instructions;
       a->o.restage = !a->no_restage;
+      a->o.confirm = !a->no_confirm;
       return matrix::run_ab(a->o);
     } catch (const Error& e) {
       std::fprintf(stderr, "opforge ab: %s\n", e.what());

@@ -171,6 +171,8 @@ struct Bench {
   std::vector<double> base_ns, head_ns, ratios;
   PairedVerdict v;
   std::vector<std::string> per_run;
+  // The second pair of processes' verdicts on this benchmark's SLOWER run(s) (confirm_slower).
+  std::vector<PairedVerdict> confirmations;
 };
 
 bool is_selected(const std::string& name, const AbOptions& o, const std::regex* filter, Role& role) {
@@ -402,6 +404,68 @@ void decide_verdicts(Bench& x, const AbOptions& o) {
   if (x.role == Role::control) x.note = "control: the same code in both builds";
 }
 
+// A side's benchmark-server environment, with the number of the pair of processes it belongs to
+// (OPFORGE_AB_PAIR: 1 measures, 2 confirms; kernel_bench's calibration slowdown can target one).
+std::vector<std::pair<std::string, std::string>> pair_env(const Side& s, int pair) {
+  auto env = s.env;
+  env.emplace_back("OPFORGE_AB_PAIR", std::to_string(pair));
+  return env;
+}
+
+// SLOWER is kept only where a second pair of processes agrees (ab.h). The pair starts head first
+// (the first pair started base first), settles like the first, and times `rounds` fresh rounds per
+// SLOWER verdict: the overall one and, with --repeat, each run's own. One not confirmed becomes
+// AMBIGUOUS, with both readings in the note.
+void confirm_slower(const Side& base, const Side& head, std::vector<Bench>& benches, const AbOptions& o) {
+  auto slower_runs = [&](const Bench& x) {
+    std::vector<int> runs;
+    if (x.role != Role::gated) return runs;
+    if (x.verdict == "SLOWER") runs.push_back(-1);
+    for (int k = 0; k < int(x.per_run.size()); ++k)
+      if (x.per_run[size_t(k)] == "SLOWER") runs.push_back(k);
+    return runs;
+  };
+  size_t todo = 0;
+  for (const Bench& x : benches) todo += slower_runs(x).size();
+  if (!o.confirm || todo == 0) return;
+  std::fprintf(stderr, "confirming %zu SLOWER verdict(s) with a second pair of processes\n", todo);
+  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(head, 2),
+                o.out + "/head-confirm-serve.log");
+  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(base, 2),
+                o.out + "/base-confirm-serve.log");
+  settle_with_probes(b, h, benches);
+  AbOptions once = o;
+  once.repeat = 1;
+  for (Bench& x : benches) {
+    const std::vector<int> runs = slower_runs(x);
+    if (runs.empty()) continue;
+    Bench again;
+    again.name = x.name;
+    again.role = x.role;
+    const bool ready = prepare_both(b, h, again);
+    for (int k : runs) {
+      PairedVerdict v;
+      if (ready) {
+        again.ratios.clear(), again.base_ns.clear(), again.head_ns.clear();
+        time_rounds(b, h, again, once);
+        v = paired_verdict(again.ratios, o.threshold, o.alpha);
+      } else {
+        v.verdict = "not measured (" + again.note + ")";
+      }
+      x.confirmations.push_back(v);
+      if (v.verdict == "SLOWER") continue;
+      const std::string first =
+          k < 0 ? fmt("%.3f [%.3f, %.3f]", x.v.median, x.v.lo, x.v.hi) : "run " + std::to_string(k + 1);
+      const std::string why = "SLOWER " + first + " in the first pair of processes, " + v.verdict +
+                              (ready ? fmt(" %.3f [%.3f, %.3f]", v.median, v.lo, v.hi) : "") + " in a second";
+      if (k < 0) x.verdict = "AMBIGUOUS";
+      else x.per_run[size_t(k)] = "AMBIGUOUS";
+      x.note += (x.note.empty() ? "" : "; ") + why;
+    }
+    std::fprintf(stderr, "  %s  %s\n", x.name.c_str(), x.note.empty() ? "SLOWER confirmed" : x.note.c_str());
+  }
+}
+
 void measure_benchmarks(ServeClient& b, ServeClient& h, std::vector<Bench>& benches, const AbOptions& o) {
   size_t done = 0;
   for (Bench& x : benches) {
@@ -501,6 +565,19 @@ json::Value bench_json(const Bench& x) {
       for (const auto& s : x.per_run) p.push(s);
       j.set("per_run", p);
     }
+  }
+  if (!x.confirmations.empty()) {  // the second pair of processes' readings of its SLOWER run(s)
+    json::Value c = json::Value(json::Array{});
+    for (const PairedVerdict& v : x.confirmations) {
+      json::Value e;
+      e.set("verdict", v.verdict);
+      if (v.rounds > 0) {
+        e.set("median_ratio", v.median);
+        e.set("interval", json::Value(json::Array{v.lo, v.hi}));
+      }
+      c.push(e);
+    }
+    j.set("confirmations", c);
   }
   if (!x.note.empty()) j.set("note", x.note);
   return j;
@@ -629,14 +706,15 @@ int run_ab(const AbOptions& o_in) {
   for (Side* s : {&base, &head}) build(*s, o);
 
   // Both servers live until the report is written (their destructors stop them).
-  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, base.env,
+  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(base, 1),
                 o.out + "/base-serve.log");
-  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, head.env,
+  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(head, 1),
                 o.out + "/head-serve.log");
   const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
   Selection sel = select_benchmarks(base_names, head_names, o, filter.get());
   settle_with_probes(b, h, sel.benches);
   measure_benchmarks(b, h, sel.benches, o);
+  confirm_slower(base, head, sel.benches, o);
 
   int instr_regressions = 0;
   const json::Value instr = compare_instructions(base, head, o, filter.get(), instr_regressions);

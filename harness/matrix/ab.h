@@ -4,8 +4,12 @@
 // run side by side as --ab-serve children: per benchmark, both stage the case once, then time it
 // in short blocks alternately (base head, head base, ...) for N rounds. Each round gives one
 // paired ratio head/base; the verdict comes from those ratios (paired_verdict.h), so drift of the
-// machine between rounds cancels. Instruction counts (callgrind) of both builds gate exactly where
-// valgrind runs. Exit: 0 no regression, 1 a confirmed regression, 2 bad input or a failed build.
+// machine between rounds cancels. A SLOWER verdict stands only when a second pair of processes,
+// started in the other order, says SLOWER too over `rounds` fresh rounds: biases that last as long
+// as a process (where its buffers landed, the core it settled on) are not removed by pairing
+// within one pair, and a false alarm then needs two independent pairs to agree. Instruction counts (callgrind) of both
+// builds gate exactly where valgrind runs. Exit: 0 no regression, 1 a confirmed regression, 2 bad input or a failed
+// build.
 #pragma once
 
 #include <string>
@@ -25,6 +29,7 @@ struct AbOptions {
   int repeat = 1;              // > 1: that many independent verdicts per benchmark (false-alarm studies)
   double block_seconds = 0.1;  // timed calls per block: at least this long
   bool restage = true;         // both sides stage the case in new buffers before every round
+  bool confirm = true;         // a SLOWER is confirmed by `rounds` more rounds in a second pair of processes
   double threshold = 0.05, alpha = 0.05, instr_threshold = 0.01;
   bool instructions = true;
   bool force = false;                                                   // replace an existing out/ab.json

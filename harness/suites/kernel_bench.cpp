@@ -382,7 +382,8 @@ void register_cases() {
 // --ab-serve: the same staging and call as bench_case, timed in blocks the driver asks for. A
 // block answers with the median call: a call the scheduler preempted does not move it.
 // OPFORGE_AB_SLOWDOWN="<regex>=<fraction>" (calibration of `opforge ab` only: a known slowdown
-// without patching a kernel) spins that fraction of each measured call after it, inside the timing.
+// without patching a kernel) spins that fraction of each measured call after it, inside the timing;
+// with OPFORGE_AB_SLOWDOWN_PAIR=k only in ab's k-th pair of processes.
 struct Slowdown {
   std::regex match;
   double fraction = 0;
@@ -391,6 +392,12 @@ const Slowdown* slowdown() {
   static const std::unique_ptr<Slowdown> s = []() -> std::unique_ptr<Slowdown> {
     const char* env = std::getenv("OPFORGE_AB_SLOWDOWN");
     if (!env || !*env) return nullptr;
+    // OPFORGE_AB_SLOWDOWN_PAIR=k: only in the k-th pair of processes `opforge ab` starts
+    // (OPFORGE_AB_PAIR), i.e. a bias of one process, which ab's confirmation must not keep
+    if (const char* only = std::getenv("OPFORGE_AB_SLOWDOWN_PAIR"); only && *only) {
+      const char* pair = std::getenv("OPFORGE_AB_PAIR");
+      if (!pair || std::string_view(pair) != only) return nullptr;
+    }
     const std::string v = env;
     const size_t eq = v.rfind('=');
     char* end = nullptr;

@@ -124,6 +124,30 @@ TEST(AbCli, InjectedSlowdownIsSlowerAndFails) {
   EXPECT_LT(b->num("median_ratio"), 5.0);
   EXPECT_EQ(doc.num("regressions"), 1);
   EXPECT_NE(find_bench(doc, "probe/stream_triad/threads:1")->str("verdict"), "SLOWER");
+  // a second pair of processes confirmed it
+  ASSERT_EQ(b->get("confirmations").as_array().size(), 1u);
+  EXPECT_EQ(b->get("confirmations").as_array()[0].str("verdict"), "SLOWER");
+}
+
+// A slowdown of the first pair of processes only (a bias that lives as long as a process) is not
+// confirmed by the second: AMBIGUOUS with both readings, exit 0.
+TEST(AbCli, SlowerInOnePairOfProcessesOnlyIsNotConfirmed) {
+  NEED_BUILD();
+  TempDir t;
+  std::vector<std::string> args = quick(build, t.path + "/ab", 8);
+  args.insert(args.end(),
+              {"--head-env", "OPFORGE_AB_SLOWDOWN=^rms_norm/=1.0", "--head-env", "OPFORGE_AB_SLOWDOWN_PAIR=1"});
+  const Result s = ab(t.path, args);
+  ASSERT_EQ(s.code, 0) << s.err;
+  const Value doc = parse_file(t.path + "/ab/ab.json");
+  const Value* b = find_bench(doc, "rms_norm/cpu/f32/forward/16384x1024/threads:1");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->str("verdict"), "AMBIGUOUS");
+  EXPECT_GT(b->num("median_ratio"), 2 * kSameLow);  // the first pair did read it slower
+  ASSERT_EQ(b->get("confirmations").as_array().size(), 1u);
+  EXPECT_NE(b->get("confirmations").as_array()[0].str("verdict"), "SLOWER");
+  EXPECT_NE(b->str("note").find("in a second"), std::string::npos) << b->str("note");
+  EXPECT_EQ(doc.num("regressions"), 0);
 }
 
 TEST(AbCli, BadInputExits2WithOneLineAndNoResults) {
