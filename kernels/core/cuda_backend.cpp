@@ -10,7 +10,6 @@
 #include <nvrtc.h>
 
 #include <algorithm>
-#include <functional>
 #include <mutex>
 #include <type_traits>
 
@@ -231,26 +230,13 @@ struct CudaApi {
   int copy(void* dst, const void* src, size_t bytes) {
     return driver().cuMemcpyDtoD(CUdeviceptr(dst), CUdeviceptr(src), bytes);
   }
-  int time(const std::function<void()>& enqueue, double* seconds) {
-    Driver& d = driver();
-    struct Events {  // destroyed whatever enqueue() throws
-      CUevent e[2] = {};
-      ~Events() {
-        for (CUevent x : e)
-          if (x) driver().cuEventDestroy(x);
-      }
-    } ev;
-    CUresult rc = d.cuEventCreate(&ev.e[0], CU_EVENT_DEFAULT);
-    if (rc == CUDA_SUCCESS) rc = d.cuEventCreate(&ev.e[1], CU_EVENT_DEFAULT);
-    if (rc == CUDA_SUCCESS) rc = d.cuEventRecord(ev.e[0], nullptr);
-    if (rc != CUDA_SUCCESS) return rc;
-    enqueue();
-    if (rc = d.cuEventRecord(ev.e[1], nullptr); rc == CUDA_SUCCESS) rc = d.cuEventSynchronize(ev.e[1]);
-    float ms = 0;
-    if (rc == CUDA_SUCCESS) rc = d.cuEventElapsedTime(&ms, ev.e[0], ev.e[1]);
-    *seconds = double(ms) / 1e3;
-    return rc;
-  }
+  // Events on the default stream (gpu_backend.h's GpuDevice::time).
+  using Event = CUevent;
+  int event_create(Event* e) { return driver().cuEventCreate(e, CU_EVENT_DEFAULT); }
+  int event_destroy(Event e) { return driver().cuEventDestroy(e); }
+  int event_record(Event e) { return driver().cuEventRecord(e, nullptr); }
+  int event_wait(Event e) { return driver().cuEventSynchronize(e); }
+  int event_ms(Event from, Event to, float* ms) { return driver().cuEventElapsedTime(ms, from, to); }
   size_t l2_bytes() const {
     int v = 0;
     return driver().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, probe().dev) == CUDA_SUCCESS && v > 0

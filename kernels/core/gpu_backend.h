@@ -12,7 +12,8 @@
 //   int load(Module*, const std::string& path);     code object from a file (throws if unreadable)
 //   int to_device(void* dst, const void* src, size_t); int to_host(void* dst, const void* src, size_t);
 //   int copy(void* dst, const void* src, size_t);   device to device, on the default stream
-//   int time(const std::function<void()>& enqueue, double* seconds);   events around enqueue()
+//   Event; int event_create(Event*), event_destroy(Event), event_record(Event) (default stream),
+//   event_wait(Event), event_ms(Event from, Event to, float* ms)     timing (GpuDevice::time)
 //   size_t l2_bytes() const;                        of device 0 (0: unknown)
 //   std::vector<std::string> jit_identity(const JitSource&) const;   compiler, arch and options
 //   void jit_compile(const std::string& op, const JitSource&, const std::string& out_path,
@@ -100,9 +101,22 @@ class GpuDevice final : public Device {
   }
   double time(const std::function<void()>& enqueue) override {
     gpu_ready(api_);
-    double seconds = 0;
-    gpu_check(api_, api_.time(enqueue, &seconds), "timing with events");
-    return seconds;
+    struct Events {  // destroyed whatever enqueue() throws
+      Api& api;
+      typename Api::Event e[2] = {};
+      ~Events() {
+        for (auto x : e)
+          if (x) (void)api.event_destroy(x);  // nothing to do about a failure here
+      }
+    } ev{api_};
+    for (auto& x : ev.e) gpu_check(api_, api_.event_create(&x), "event creation");
+    gpu_check(api_, api_.event_record(ev.e[0]), "event record");
+    enqueue();
+    gpu_check(api_, api_.event_record(ev.e[1]), "event record");
+    gpu_check(api_, api_.event_wait(ev.e[1]), "event wait");
+    float ms = 0;
+    gpu_check(api_, api_.event_ms(ev.e[0], ev.e[1], &ms), "event timing");
+    return double(ms) / 1e3;
   }
   size_t cache_bytes() const override { return api_.l2_bytes(); }
 

@@ -10,7 +10,6 @@
 #include <hip/hiprtc.h>
 
 #include <algorithm>
-#include <functional>
 #include <mutex>
 #include <type_traits>
 
@@ -211,26 +210,13 @@ struct HipApi {
   int copy(void* dst, const void* src, size_t bytes) {
     return runtime().hipMemcpyDtoD(dst, const_cast<void*>(src), bytes);
   }
-  int time(const std::function<void()>& enqueue, double* seconds) {
-    Runtime& r = runtime();
-    struct Events {  // destroyed whatever enqueue() throws
-      hipEvent_t e[2] = {};
-      ~Events() {
-        for (hipEvent_t x : e)
-          if (x) (void)runtime().hipEventDestroy(x);  // nothing to do about a failure here
-      }
-    } ev;
-    hipError_t rc = r.hipEventCreate(&ev.e[0]);
-    if (rc == hipSuccess) rc = r.hipEventCreate(&ev.e[1]);
-    if (rc == hipSuccess) rc = r.hipEventRecord(ev.e[0], nullptr);
-    if (rc != hipSuccess) return rc;
-    enqueue();
-    if (rc = r.hipEventRecord(ev.e[1], nullptr); rc == hipSuccess) rc = r.hipEventSynchronize(ev.e[1]);
-    float ms = 0;
-    if (rc == hipSuccess) rc = r.hipEventElapsedTime(&ms, ev.e[0], ev.e[1]);
-    *seconds = double(ms) / 1e3;
-    return rc;
-  }
+  // Events on the default stream (gpu_backend.h's GpuDevice::time).
+  using Event = hipEvent_t;
+  int event_create(Event* e) { return runtime().hipEventCreate(e); }
+  int event_destroy(Event e) { return runtime().hipEventDestroy(e); }
+  int event_record(Event e) { return runtime().hipEventRecord(e, nullptr); }
+  int event_wait(Event e) { return runtime().hipEventSynchronize(e); }
+  int event_ms(Event from, Event to, float* ms) { return runtime().hipEventElapsedTime(ms, from, to); }
   size_t l2_bytes() const {
     int v = 0;
     return runtime().hipDeviceGetAttribute(&v, hipDeviceAttributeL2CacheSize, 0) == hipSuccess && v > 0 ? size_t(v) : 0;
