@@ -35,6 +35,14 @@ if kind == "aa":
     print(f"A/A: {len(gated)} benchmarks x {len(runs)} runs: runs with any SLOWER {bad}/{len(runs)} "
           f"({100.0 * bad / max(1, len(runs)):.1f} %); SLOWER verdicts {slower}/{calls} per benchmark run "
           f"({100.0 * slower / max(1, calls):.2f} %); AMBIGUOUS {sum(b['per_run'].count('AMBIGUOUS') for b in gated)}")
+    # runs SLOWER in the first pair of processes that a second pair did not confirm (opforge ab)
+    first = [c for b in gated for c in b.get("confirmations", []) if c["run"] != "all"]
+    print(f"  SLOWER in the first pair of processes: {len(first)} benchmark runs; confirmed by a second pair: "
+          f"{sum(1 for c in first if c['verdict'] == 'SLOWER')}")
+    for b in gated:
+        for c in b.get("confirmations", []):
+            if c["run"] != "all":
+                print(f"  first pair SLOWER: {b['name']} run {c['run']}: second pair {c['verdict']}")
     for b in gated:
         if "SLOWER" in b["per_run"]:
             print(f"  false alarm: {b['name']} {b['per_run'].count('SLOWER')}x")

@@ -171,8 +171,9 @@ struct Bench {
   std::vector<double> base_ns, head_ns, ratios;
   PairedVerdict v;
   std::vector<std::string> per_run;
-  // The second pair of processes' verdicts on this benchmark's SLOWER run(s) (confirm_slower).
-  std::vector<PairedVerdict> confirmations;
+  // The second pair of processes' verdicts on this benchmark's SLOWER run(s) (confirm_slower), by
+  // run: -1 the verdict over all rounds, else the --repeat run's index.
+  std::vector<std::pair<int, PairedVerdict>> confirmations;
 };
 
 bool is_selected(const std::string& name, const AbOptions& o, const std::regex* filter, Role& role) {
@@ -452,7 +453,7 @@ void confirm_slower(const Side& base, const Side& head, std::vector<Bench>& benc
       } else {
         v.verdict = "not measured (" + again.note + ")";
       }
-      x.confirmations.push_back(v);
+      x.confirmations.emplace_back(k, v);
       if (v.verdict == "SLOWER") continue;
       const std::string first =
           k < 0 ? fmt("%.3f [%.3f, %.3f]", x.v.median, x.v.lo, x.v.hi) : "run " + std::to_string(k + 1);
@@ -568,8 +569,10 @@ json::Value bench_json(const Bench& x) {
   }
   if (!x.confirmations.empty()) {  // the second pair of processes' readings of its SLOWER run(s)
     json::Value c = json::Value(json::Array{});
-    for (const PairedVerdict& v : x.confirmations) {
+    for (const auto& [k, v] : x.confirmations) {
       json::Value e;
+      if (k < 0) e.set("run", "all");
+      else e.set("run", int64_t(k + 1));
       e.set("verdict", v.verdict);
       if (v.rounds > 0) {
         e.set("median_ratio", v.median);
