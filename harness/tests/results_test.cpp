@@ -317,7 +317,7 @@ TEST(Merge, BundlesBecomeOneRun) {
   EXPECT_EQ(finished_cells(t.path + "/merged").size(), 2u);
   // the merged run reads like any run
   auto in = read_gate_input(t.path + "/merged");
-  EXPECT_EQ(in.bench.size(), 10u);  // 5 benchmarks x 2 cells
+  EXPECT_EQ(in.bench.size(), 16u);  // 8 benchmarks (5 host, 3 GPU) x 2 cells
   // never overwrite; a cell in two bundles is an error; nothing half-written is left
   EXPECT_THROW(merge_runs({t.path + "/b1"}, t.path + "/merged"), Error);
   EXPECT_THROW(merge_runs({t.path + "/b1", t.path + "/b1"}, t.path + "/dup"), Error);
