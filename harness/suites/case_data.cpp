@@ -1,9 +1,11 @@
 #include "case_data.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "opforge/error.h"
 #include "seed.h"
@@ -147,14 +149,33 @@ std::vector<double> read_back(const HostArg& h) {
   return v;
 }
 
+// Element i's signs in the kSignDraws draws: bit d of its code is draw d's sign, and the last draw
+// scales every element by 1 + u. Within a block of 256 elements the codes are an affine bijection
+// of the offset (random odd multiplier and shift), so two elements less than 256 apart differ in
+// some draw's sign and share it in the last; each block is XORed with its own random mask, so
+// elements of different blocks differ as independent random signs would.
+constexpr int kSignDraws = 9;
+std::vector<uint8_t> sign_codes(size_t n, Rng& rng) {
+  const uint64_t mul = rng.next() | 1, add = rng.next();
+  std::vector<uint8_t> codes(n);
+  uint8_t mask = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 256 == 0) mask = uint8_t(rng.next());
+    codes[i] = uint8_t(uint8_t(mul * (i % 256) + add) ^ mask);
+  }
+  return codes;
+}
+
 // How much each reference output moves when the stored inputs are as uncertain as an f32
 // kernel's view of them: per floating input argument, reference runs with that argument's
-// elements scaled by (1 +- u_acc) with random signs, the largest |change| of kSignDraws draws,
-// summed over the arguments (perturbing one argument at a time keeps x*(1+u) and rstd*(1-u) from
-// cancelling each other; several sign draws keep one lucky draw, where the perturbations of two
-// dominant softmax entries share a sign and cancel, from hiding an output's real sensitivity). Catches
-// ill-conditioning the op cannot declare up front: an output that cancels to ~0, e.g. rms_norm's
-// dx for a single column, where rstd is an input consistent with x.
+// elements scaled by (1 +- u_acc), the largest |change| of kSignDraws sign draws, summed over the
+// arguments (perturbing one argument at a time keeps x*(1+u) and rstd*(1-u) from cancelling each
+// other). Several draws keep one lucky draw, where the perturbations of two dominant elements
+// cancel, from hiding an output's real sensitivity: independent random signs left 1 pair in 2^8
+// with the same relative sign in every draw (transducer_loss's blank-edge gradient,
+// g exp(beta(1,0) + lp - beta(0,0)), failed CI that way), sign_codes leaves none among near
+// elements. Catches ill-conditioning the op cannot declare up front: an output that cancels to
+// ~0, e.g. rms_norm's dx for a single column, where rstd is an input consistent with x.
 std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view entry,
                                              const std::vector<RefArg>& inputs, const std::vector<RefArg>& ref,
                                              const Params& params, DType dtype, Rng& rng) {
@@ -170,13 +191,20 @@ std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view 
     if (in.list_index >= 0)
       while (next < inputs.size() && inputs[next].desc->name == in.name) ++next;
     if (in.role == Role::out || !dtype_is_float(in.dtype) || in.fill.kind != Fill::uniform) continue;
-    constexpr int kSignDraws = 8;
     std::vector<std::vector<double>> worst(ref.size());
     for (size_t i = 0; i < ref.size(); ++i) worst[i].assign(sens[i].size(), 0.0);
+    size_t elements = 0;
+    for (size_t e = k; e < next; ++e) elements += inputs[e].v.size();
+    const std::vector<uint8_t> codes = sign_codes(elements, rng);
     for (int draw = 0; draw < kSignDraws; ++draw) {
       std::vector<RefArg> p = inputs;
+      size_t at = 0;
       for (size_t e = k; e < next; ++e)
-        for (double& x : p[e].v) x *= 1 + (rng.next() & 1 ? u : -u);
+        for (double& x : p[e].v) {
+          const bool plus = draw == kSignDraws - 1 || (codes[at] >> draw & 1);
+          x *= 1 + (plus ? u : -u);
+          ++at;
+        }
       for (RefArg& a : p)
         if (a.desc->role == Role::out) std::fill(a.v.begin(), a.v.end(), std::nan(""));
       op.spec->reference(entry, p, params);

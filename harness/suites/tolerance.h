@@ -18,11 +18,12 @@
 //   s        rms of the reference tensor: absolute scale for reduction errors in outputs that
 //            cancel to ~0 (y = xhat*gamma + beta near 0), where a relative bound alone is unfair.
 //   p_i      measured sensitivity: sum over the floating input arguments of |change of r_i| when
-//            that argument's elements are scaled by (1 +- u_acc), random signs, one reference run
-//            per argument (DrawnCase::sensitivity). An f32 kernel sees its inputs only that
-//            precisely, once per rounding of an elementwise intermediate; 8 allows a chain of a
-//            few such roundings. This is what makes outputs that cancel by construction (rms_norm
-//            dx for one column: terms ~1, result ~eps) fair without loosening well-conditioned ones.
+//            that argument's elements are scaled by (1 +- u_acc), the worst of 9 sign draws in
+//            which any two nearby elements both share and oppose their signs
+//            (DrawnCase::sensitivity). An f32 kernel sees its inputs only that precisely, once
+//            per rounding of an elementwise intermediate; 8 allows a chain of a few such
+//            roundings. This is what makes outputs that cancel by construction (rms_norm dx for
+//            one column: terms ~1, result ~eps) fair without loosening well-conditioned ones.
 //   tiny_out smallest subnormal of the storage dtype: rounding near underflow.
 //   F        OpSpec::tolerance_factor(entry, arg, dtype), 1 when the op declares none.
 // Integer outputs must match exactly. A NaN reference requires a NaN; an infinite one the same
