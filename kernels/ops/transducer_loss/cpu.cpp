@@ -194,13 +194,16 @@ HWY_INLINE hn::Vec<D> ExpGrad(D d, hn::Vec<D> t) {
   return hn::IfThenElse(hn::IsNaN(t), t, e);
 }
 
-// exp(a + b) - exp(a + next) without the cancellation; `plain` (exp(a + b) as computed) where
-// the edge has no weight (next = -inf) or the inputs are not finite.
-inline float Cancelled(float a, float b, float next, float plain) {
-  if (next == kNegInf || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next))
-    return std::isnan(next) ? next : plain - std::exp(a + next);
-  // factored at the larger exponent: expm1 of a non-positive argument cannot overflow
-  return b >= next ? -(std::exp(a + b) * std::expm1(next - b)) : std::exp(a + next) * std::expm1(b - next);
+// exp(a + b) - exp(a + next) - exp(a + next2) without the cancellation, factored at the larger of
+// b and next (expm1 of a non-positive argument cannot overflow): one edge (next2 = -inf), or both
+// where a label equals blank. `plain` (exp(a + b) as computed) minus the edges where the edge has
+// no weight (next = -inf) or the inputs are not finite.
+inline float Cancelled(float a, float b, float next, float plain, float next2 = kNegInf) {
+  if (next < next2) std::swap(next, next2);
+  if (next == kNegInf || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next) || std::isnan(next2))
+    return std::isnan(next) || std::isnan(next2) ? std::nanf("") : plain - std::exp(a + next) - std::exp(a + next2);
+  return b >= next ? -(std::exp(a + b) * (std::expm1(next - b) + std::exp(next2 - b)))
+                   : std::exp(a + next) * (std::expm1(b - next) - std::exp(next2 - next));
 }
 
 template <class S>
@@ -258,11 +261,12 @@ void BackwardT(const Backward& a) {
           // cell): exp(A + beta(t,u)) - exp(A + beta_next) through expm1 (Cancelled), exact but
           // for the inputs' own rounding.
           const float lpy = u < Uy ? to_f32(xr[yu]) : 0.0f;
+          const bool has_b = t < Tf - 1 || u == Uy;
+          // beta after the blank edge (0 after the final blank; -inf: none out of the last frame)
+          const float bnext = t < Tf - 1 ? be_next[u] : u == Uy ? 0.0f : kNegInf;
           if (u < Uy && yu == g.blank) {
-            e[g.blank] = e[g.blank] - eb - ey;
+            e[g.blank] = Cancelled(at + lpb - total, be[u], bnext, e[g.blank], be[u + 1]);
           } else {
-            const bool has_b = t < Tf - 1 || u == Uy;
-            const float bnext = t < Tf - 1 ? be_next[u] : 0.0f;  // (the final blank: beta after it is 0)
             if (has_b) e[g.blank] = Cancelled(at + lpb - total, be[u], bnext, e[g.blank]);
             if (u < Uy) e[yu] = Cancelled(at + lpy - total, be[u], be[u + 1], e[yu]);
           }

@@ -152,12 +152,18 @@ __device__ void forward(const opf_gpu_args& a) {
 }
 
 // ------------------------------------------------------------------ backward
-// exp(a + b) - exp(a + next) without the cancellation; `plain` (exp(a + b) as computed) where the
-// edge has no weight (next = -inf) or the inputs are not finite (cpu.cpp's Cancelled).
-OPF_DEVICE float cancelled(float a, float b, float next, float plain) {
-  if (next == neg_inf() || !finite(a) || !finite(b) || !finite(next))
-    return is_nan(next) ? next : plain - expf(a + next);
-  return b >= next ? -(expf(a + b) * expm1f(next - b)) : expf(a + next) * expm1f(b - next);
+// exp(a + b) - exp(a + next) - exp(a + next2) without the cancellation: one edge (next2 = -inf), or
+// both where a label equals blank; `plain` minus the edges where the edge has no weight (next =
+// -inf) or the inputs are not finite (cpu.cpp's Cancelled).
+OPF_DEVICE float cancelled(float a, float b, float next, float plain, float next2) {
+  if (next < next2) {
+    const float s = next;
+    next = next2, next2 = s;
+  }
+  if (next == neg_inf() || !finite(a) || !finite(b) || !finite(next) || is_nan(next2))
+    return is_nan(next) || is_nan(next2) ? next + next2 : plain - expf(a + next) - expf(a + next2);
+  return b >= next ? -(expf(a + b) * (expm1f(next - b) + expf(next2 - b)))
+                   : expf(a + next) * (expm1f(b - next) - expf(next2 - next));
 }
 
 // Everything one x_grad row needs, the same for every thread of the row's group.
@@ -181,10 +187,10 @@ OPF_DEVICE float grad_elem(const Cell& c, long long j, float xv) {
   float e = c.occ + xv;
   e = e < -87.0f ? 0.0f : expf(e);  // (NaN stays NaN: the comparison is false)
   if (c.yu == c.blank) {
-    if (j == c.blank) e = e - c.eb - c.ey;
+    if (j == c.blank) e = cancelled(c.a_b, c.be, c.bnext, e, c.be_y);
   } else {
-    if (j == c.blank && c.has_b) e = cancelled(c.a_b, c.be, c.bnext, e);
-    if (j == c.yu) e = cancelled(c.a_y, c.be, c.be_y, e);
+    if (j == c.blank && c.has_b) e = cancelled(c.a_b, c.be, c.bnext, e, neg_inf());
+    if (j == c.yu) e = cancelled(c.a_y, c.be, c.be_y, e, neg_inf());
   }
   return e;
 }
@@ -249,7 +255,8 @@ __device__ void backward(const opf_gpu_args& a) {
     c.occ = at + be[u] - total;
     c.a_b = at + lpb - total;
     c.be = be[u];
-    c.bnext = t < L.Tf - 1 ? be[U1 + u] : 0.0f;  // (the final blank: beta after it is 0)
+    // beta after the blank edge (0 after the final blank; -inf: none out of the last frame)
+    c.bnext = t < L.Tf - 1 ? be[U1 + u] : u == L.Uy ? 0.0f : neg_inf();
     c.a_y = at + lpy - total;
     c.be_y = u < L.Uy ? be[u + 1] : 0.0f;
   }

@@ -6,9 +6,9 @@
 //   backward: fuse_softmax_backward: prob = exp(x) written in full ([rows, V] f32), the cell
 //             occupancies occ = exp(alpha + beta - beta00) [B, T, U1], then x_grad = g occ prob
 //             (written as T), then the blank edges and the label edges subtracted by two scatter
-//             passes; without it: x_grad zero-filled, then the two scatters. The gradient is
-//             built in f32 and cast to T by a last pass (16-bit storage only), as eager's
-//             autocast-free f32 math would.
+//             passes (a label equal to blank: the blank pass takes both edges); without it:
+//             x_grad zero-filled, then the two scatters. The gradient is built in f32 and cast
+//             to T by a last pass (16-bit storage only), as eager's autocast-free f32 math would.
 //             (The passes are vectorised with our kernel's exp, ExpClamped of cpu/exp-inl.h, so
 //             that the comparison measures the fusion, not the exp.)
 // Threads: the PeerCase's count; each pass splits batches (lattices) or rows statically.
@@ -279,26 +279,28 @@ class Run final : public PeerRun {
         const int64_t r = row(b, t, u);
         const float a = alpha_in_[cell(b, t, u)];
         int64_t v = blank_;
-        float next;  // beta after the edge (0 after the final blank)
+        float next = kNegInf;   // beta after the edge (0 after the final blank)
+        float next2 = kNegInf;  // fused, a label equal to blank: beta after the label edge, same element
+        const bool label_is_blank = u < Uy && y(b, u) == blank_;
         if (labels) {
-          if (u == Uy) continue;
+          if (u == Uy || (fused_ && label_is_blank)) continue;  // (the blank pass took it)
           v = y(b, u);
           next = beta_in_[cell(b, t, u + 1)];
-        } else if (t < Tf - 1) {
-          next = beta_in_[cell(b, t + 1, u)];
-        } else if (u == Uy) {
-          next = 0.0f;
         } else {
-          continue;  // no blank edge out of the last frame's inner cells
+          if (t < Tf - 1) next = beta_in_[cell(b, t + 1, u)];
+          else if (u == Uy) next = 0.0f;  // (no blank edge out of the last frame's inner cells)
+          if (fused_ && label_is_blank) next2 = beta_in_[cell(b, t, u + 1)];
+          if (next == kNegInf && next2 == kNegInf) continue;
         }
+        if (next < next2) std::swap(next, next2);
         const float at = a + lp(r, v) - total, bc = beta_in_[cell(b, t, u)];
         float& d = dx32_[size_t(r * V_ + v)];
-        // fused: g (occ p - edge) cancels; computed as g (exp(at + bc) - exp(at + next)) through
-        // expm1, as the kernel does (a label equal to blank: both edges subtracted plainly)
-        if (fused_ && std::isfinite(at) && std::isfinite(bc) && std::isfinite(next) && !(u < Uy && y(b, u) == blank_))
-          d = g *
-              (bc >= next ? -(std::exp(at + bc) * std::expm1(next - bc)) : std::exp(at + next) * std::expm1(bc - next));
-        else d -= g * std::exp(at + next);
+        // fused: g (occ p - edges) cancels; computed as g (exp(at + bc) - exp(at + next) -
+        // exp(at + next2)) factored through expm1, as the kernel does
+        if (fused_ && std::isfinite(at) && std::isfinite(bc) && std::isfinite(next) && !std::isnan(next2))
+          d = g * (bc >= next ? -(std::exp(at + bc) * (std::expm1(next - bc) + std::exp(next2 - bc)))
+                              : std::exp(at + next) * (std::expm1(bc - next) - std::exp(next2 - next)));
+        else d -= g * (std::exp(at + next) + std::exp(at + next2));
       }
   }
 
