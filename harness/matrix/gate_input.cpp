@@ -156,7 +156,7 @@ std::vector<ChakraOutcome> read_chakra_json(const std::string& path, const std::
 
 std::vector<InstrCount> read_callgrind_json(const std::string& path, const std::string& cell) {
   auto doc = json::parse_file(path);
-  if (doc.str("schema") != "opforge.callgrind/1") throw Error(path + ": not opforge.callgrind/1");
+  if (doc.str("schema") != "opforge.callgrind/2") throw Error(path + ": not opforge.callgrind/2");
   std::vector<InstrCount> out;
   for (const auto& b : doc.get("benchmarks").as_array()) {
     if (!b.get("instructions").is_number())

@@ -28,8 +28,8 @@ struct ChakraOutcome {
   double seconds = 0;               // conversion time, when reported
 };
 
-// Callgrind instruction counts (schema opforge.callgrind/1, cells/<id>/callgrind.json):
-// {"schema": "opforge.callgrind/1", "benchmarks": [{"name": ..., "instructions": N}]}
+// Callgrind instruction counts (schema opforge.callgrind/2, cells/<id>/callgrind.json):
+// {"schema": "opforge.callgrind/2", "benchmarks": [{"name": ..., "instructions": N}]}
 struct InstrCount {
   std::string cell, name;
   double instructions = 0;
