@@ -194,13 +194,22 @@ HWY_INLINE hn::Vec<D> ExpGrad(D d, hn::Vec<D> t) {
   return hn::IfThenElse(hn::IsNaN(t), t, e);
 }
 
-// exp(a + b) - exp(a + next) - exp(a + next2) without the cancellation, factored at the larger of
-// b and next (expm1 of a non-positive argument cannot overflow): one edge (next2 = -inf), or both
-// where a label equals blank. `plain` (exp(a + b) as computed) minus the edges where the edge has
-// no weight (next = -inf) or the inputs are not finite.
-inline float Cancelled(float a, float b, float next, float plain, float next2 = kNegInf) {
+// exp(a + b) - exp(a + next) without the cancellation; `plain` (exp(a + b) as computed) where
+// the edge has no weight (next = -inf) or the inputs are not finite.
+inline float Cancelled(float a, float b, float next, float plain) {
+  if (next == kNegInf || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next))
+    return std::isnan(next) ? next : plain - std::exp(a + next);
+  // factored at the larger exponent: expm1 of a non-positive argument cannot overflow
+  return b >= next ? -(std::exp(a + b) * std::expm1(next - b)) : std::exp(a + next) * std::expm1(b - next);
+}
+
+// Both edges where a label equals blank: exp(a + b) - exp(a + next) - exp(a + next2), factored at
+// the larger of b and the larger edge, the smaller edge subtracted inside the factor. Its own
+// function so that the one-edge cells (nearly all) pay no third exp.
+inline float CancelledPair(float a, float b, float next, float next2, float plain) {
   if (next < next2) std::swap(next, next2);
-  if (next == kNegInf || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next) || std::isnan(next2))
+  if (next2 == kNegInf) return Cancelled(a, b, next, plain);
+  if (!std::isfinite(a) || !std::isfinite(b) || !std::isfinite(next) || !std::isfinite(next2))
     return std::isnan(next) || std::isnan(next2) ? std::nanf("") : plain - std::exp(a + next) - std::exp(a + next2);
   return b >= next ? -(std::exp(a + b) * (std::expm1(next - b) + std::exp(next2 - b)))
                    : std::exp(a + next) * (std::expm1(b - next) - std::exp(next2 - next));
@@ -244,10 +253,6 @@ void BackwardT(const Backward& a) {
         const S* xr = x + g.row(b, t, u) * g.V;
         const float at = al[u], lpb = to_f32(xr[g.blank]);
         const int64_t yu = u < Uy ? g.label[b * (g.U1 - 1) + u] : -1;
-        float eb = 0.0f, ey = 0.0f;
-        if (t < Tf - 1) eb = std::exp(at + be_next[u] + lpb - total);
-        else if (u == Uy) eb = std::exp(at + lpb - total);
-        if (u < Uy) ey = std::exp(at + be[u + 1] + to_f32(xr[yu]) - total);
         if (a.fused) {
           const float occ = at + be[u] - total;
           const auto vocc = hn::Set(d, occ);
@@ -265,15 +270,16 @@ void BackwardT(const Backward& a) {
           // beta after the blank edge (0 after the final blank; -inf: none out of the last frame)
           const float bnext = t < Tf - 1 ? be_next[u] : u == Uy ? 0.0f : kNegInf;
           if (u < Uy && yu == g.blank) {
-            e[g.blank] = Cancelled(at + lpb - total, be[u], bnext, e[g.blank], be[u + 1]);
+            e[g.blank] = CancelledPair(at + lpb - total, be[u], bnext, be[u + 1], e[g.blank]);
           } else {
             if (has_b) e[g.blank] = Cancelled(at + lpb - total, be[u], bnext, e[g.blank]);
             if (u < Uy) e[yu] = Cancelled(at + lpy - total, be[u], be[u + 1], e[yu]);
           }
         } else {
           std::fill(e, e + V, 0.0f);
-          e[g.blank] -= eb;
-          if (u < Uy) e[yu] -= ey;
+          if (t < Tf - 1) e[g.blank] -= std::exp(at + be_next[u] + lpb - total);
+          else if (u == Uy) e[g.blank] -= std::exp(at + lpb - total);
+          if (u < Uy) e[yu] -= std::exp(at + be[u + 1] + to_f32(xr[yu]) - total);
         }
         WriteRow(
             d, out, V, stream, [&](size_t k) { return hn::Mul(vg, hn::LoadU(d, e + k)); },

@@ -152,15 +152,23 @@ __device__ void forward(const opf_gpu_args& a) {
 }
 
 // ------------------------------------------------------------------ backward
-// exp(a + b) - exp(a + next) - exp(a + next2) without the cancellation: one edge (next2 = -inf), or
-// both where a label equals blank; `plain` minus the edges where the edge has no weight (next =
-// -inf) or the inputs are not finite (cpu.cpp's Cancelled).
-OPF_DEVICE float cancelled(float a, float b, float next, float plain, float next2) {
+// exp(a + b) - exp(a + next) without the cancellation; `plain` (exp(a + b) as computed) where the
+// edge has no weight (next = -inf) or the inputs are not finite (cpu.cpp's Cancelled).
+OPF_DEVICE float cancelled(float a, float b, float next, float plain) {
+  if (next == neg_inf() || !finite(a) || !finite(b) || !finite(next))
+    return is_nan(next) ? next : plain - expf(a + next);
+  return b >= next ? -(expf(a + b) * expm1f(next - b)) : expf(a + next) * expm1f(b - next);
+}
+
+// Both edges where a label equals blank: exp(a + b) - exp(a + next) - exp(a + next2), the smaller
+// edge subtracted inside the factor (cpu.cpp's CancelledPair).
+OPF_DEVICE float cancelled_pair(float a, float b, float next, float next2, float plain) {
   if (next < next2) {
     const float s = next;
     next = next2, next2 = s;
   }
-  if (next == neg_inf() || !finite(a) || !finite(b) || !finite(next) || is_nan(next2))
+  if (next2 == neg_inf()) return cancelled(a, b, next, plain);
+  if (!finite(a) || !finite(b) || !finite(next) || !finite(next2))
     return is_nan(next) || is_nan(next2) ? next + next2 : plain - expf(a + next) - expf(a + next2);
   return b >= next ? -(expf(a + b) * (expm1f(next - b) + expf(next2 - b)))
                    : expf(a + next) * (expm1f(b - next) - expf(next2 - next));
@@ -187,10 +195,10 @@ OPF_DEVICE float grad_elem(const Cell& c, long long j, float xv) {
   float e = c.occ + xv;
   e = e < -87.0f ? 0.0f : expf(e);  // (NaN stays NaN: the comparison is false)
   if (c.yu == c.blank) {
-    if (j == c.blank) e = cancelled(c.a_b, c.be, c.bnext, e, c.be_y);
+    if (j == c.blank) e = cancelled_pair(c.a_b, c.be, c.bnext, c.be_y, e);
   } else {
-    if (j == c.blank && c.has_b) e = cancelled(c.a_b, c.be, c.bnext, e, neg_inf());
-    if (j == c.yu) e = cancelled(c.a_y, c.be, c.be_y, e, neg_inf());
+    if (j == c.blank && c.has_b) e = cancelled(c.a_b, c.be, c.bnext, e);
+    if (j == c.yu) e = cancelled(c.a_y, c.be, c.be_y, e);
   }
   return e;
 }
@@ -244,13 +252,15 @@ __device__ void backward(const opf_gpu_args& a) {
     const float total = beta[b * T_ * U1], at = al[u], lpb = load(xr, L.blank);
     c.g = static_cast<const float*>(a.ptr[1])[b];
     c.has_b = t < L.Tf - 1 || u == L.Uy;
-    if (t < L.Tf - 1) c.eb = expf(at + be[U1 + u] + lpb - total);
-    else if (u == L.Uy) c.eb = expf(at + lpb - total);
     float lpy = 0.0f;
     if (u < L.Uy) {
       c.yu = label_at(L, u);
       lpy = load(xr, c.yu);
-      c.ey = expf(at + be[u + 1] + lpy - total);
+    }
+    if (!c.fused) {  // (the fused path cancels the edges itself: cancelled())
+      if (t < L.Tf - 1) c.eb = expf(at + be[U1 + u] + lpb - total);
+      else if (u == L.Uy) c.eb = expf(at + lpb - total);
+      if (u < L.Uy) c.ey = expf(at + be[u + 1] + lpy - total);
     }
     c.occ = at + be[u] - total;
     c.a_b = at + lpb - total;
