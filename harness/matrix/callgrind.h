@@ -23,7 +23,8 @@ bool is_system_library(const std::string& object);
 
 // Reads one callgrind.out file: the summary, and the self costs summed by object (which must add
 // up to the summary). Throws opf::Error "<origin>:<line>: ..." when the file has no `events:`
-// line with Ir, no summary/totals line, or a count that is not a number.
+// line with Ir, no summary/totals line, a count that is not a number, an object id used before it
+// is named, or self costs that do not add up to the summary.
 CallgrindDump parse_callgrind_out(const std::string& text, const std::string& origin);
 
 // opforge.callgrind/2 from the dumps made by client request (others are ignored), per kernel call
