@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -84,6 +85,16 @@ constexpr bool storage_compiled([[maybe_unused]] int32_t dtype) {
 #endif
 }
 
+// run_storage's failure in JIT modules: out of line, so a cold compile does not build the message
+// inline in every entry (std::string concatenation at -O3 is a visible part of a pair's compile).
+[[noreturn, gnu::noinline, gnu::cold]] inline void run_storage_missing(const char* entry, int32_t dtype) {
+  char msg[200];
+  std::snprintf(msg, sizeof msg,
+                "entry '%s' has no %s kernels in this module (a JIT specialization for another entry or dtype?)", entry,
+                dtype >= 0 && dtype < OPF_DTYPE_COUNT ? dtype_name(DType(dtype)).data() : "?");
+  module::fail("%s", msg);
+}
+
 // Entry E's kernels: calls f(S{}) with the storage type of dtype. A dtype this module has no
 // kernels for (not a float storage type, or not this JIT specialization's) fails the call with
 // one line: it never returns without computing.
@@ -103,10 +114,14 @@ void run_storage(int32_t dtype, F&& f) {
       default: break;
     }
   }
+#ifdef OPF_JIT
+  run_storage_missing(E.view().data(), dtype);
+#else  // prebuilt: inline as before (out of line, GCC inlined syncbn's kernels differently)
   const std::string name = dtype >= 0 && dtype < OPF_DTYPE_COUNT ? std::string(dtype_name(DType(dtype))) : "?";
   module::fail("%s", ("entry '" + std::string(E.view()) + "' has no " + name +
                       " kernels in this module (a JIT specialization for another entry or dtype?)")
                          .c_str());
+#endif
 }
 
 }  // namespace opf::cpu
