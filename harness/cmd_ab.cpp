@@ -61,6 +61,9 @@ void add_ab_command(CLI::App& app) {
                   "OPFORGE_AB_SLOWDOWN='rms_norm/=0.10' to calibrate)");
   sub->add_flag("--force", a->o.force, "Replace an existing OUT/ab.json");
   sub->add_flag("--no-build", a->o.no_build, "Use build directories as they are (no ninja run in them)");
+  sub->add_flag("--skip-identical", a->o.skip_identical,
+                "Do not time the benchmarks of an op whose CPU module is byte-identical in both builds "
+                "(listed in ab.json as not timed; instruction counts still run)");
   on_run(sub, [a] {
     try {
       for (auto [from, to] : {std::pair{&a->base_env, &a->o.base_env}, std::pair{&a->head_env, &a->o.head_env}})

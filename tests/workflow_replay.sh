@@ -32,12 +32,23 @@ PY
 export OPFORGE_WORKFLOW_REPLAY=1 OPFORGE=$opforge
 
 cd "$source"  # where the workflow's steps run: the checkout
-# Runs go where runs go (results/runs/, ignored by git): every cell then builds at the depth of any
-# matrix run's cells (results/runs/<run>/cells/<id>/build), so its compile lines are theirs, and
-# ccache serves this test's second build of each cell, and .ci/run's matrix after it.
+# Runs go where runs go (results/runs/, ignored by git); every cell builds one level below the
+# checkout, like build/ (harness/matrix/build_dir.h), so ccache serves this test's second build of
+# each cell whatever build/ compiled with the same flags.
 mkdir -p "$source/results/runs"
 tmp=$(mktemp -d "$source/results/runs/replay.XXXXXX")
-trap 'rm -rf "$tmp" "$tmp".*' EXIT
+# A cell stopped midway keeps its build (beside the checkout, named in its cell.json): removed too.
+cleanup() {
+  python3 - "$tmp" <<'PY' || true
+import glob, json, shutil, sys
+for path in glob.glob(sys.argv[1] + "*/**/cell.json", recursive=True):
+    d = json.load(open(path)).get("build_dir")
+    if d:
+        shutil.rmtree(d, ignore_errors=True)
+PY
+  rm -rf "$tmp" "$tmp".*
+}
+trap cleanup EXIT
 
 # The plan job
 include=$(tools/ci/plan.sh "$matrix" "$tmp/plan") || fail "tools/ci/plan.sh failed"

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "matrix/build_dir.h"
 #include "matrix/callgrind.h"
 #include "common/files.h"
 #include "matrix/json.h"
@@ -43,7 +44,8 @@ std::string trim(std::string s) {
   return s;
 }
 
-// A build dir is used as it is (brought up to date by ninja); a source dir is built under out;
+// A build dir is used as it is (brought up to date by ninja); a source dir is built in it
+// (build_dir.h: where ccache serves what build/ compiled; under out if it is not writable);
 // anything else must name a commit of the repository, exported with `git archive` (the user's
 // checkout and its worktree list are never touched).
 void resolve(Side& s, const AbOptions& o) {
@@ -88,7 +90,7 @@ void resolve(Side& s, const AbOptions& o) {
       if (ec) throw Error(s.source + ": " + ec.message());
     }
   }
-  s.build = o.out + "/build-" + s.name;
+  s.build = build_dir_beside_source(s.source, "ab-" + s.name, o.out, o.out + "/build-" + s.name);
 }
 
 // Ops of a tree: meson_options.txt features with a kernels/ops/<name>/ folder.
@@ -126,7 +128,7 @@ void build(Side& s, const AbOptions& o) {
     std::string want = s.source + "\n";
     for (const auto& a : args) want += a + "\n";
     std::string have;
-    files::read_if_exists(s.build + ".setup", have);
+    files::read_if_exists(s.build + "/opforge-ab.setup", have);
     if (have != want || !fs::exists(s.build + "/build.ninja", ec)) {
       fs::remove_all(s.build, ec);  // ab's own directory, configured for another tree or options
       std::vector<std::string> argv{"meson", "setup", s.build, s.source};
@@ -135,7 +137,7 @@ void build(Side& s, const AbOptions& o) {
       auto r = proc::run({argv, "", {}, log, 1800});
       if (!r.ok())
         throw Error("--" + s.name + " " + s.arg + ": meson setup failed (" + r.describe() + ", see " + log + ")");
-      files::write_atomic(s.build + ".setup", want);
+      files::write_atomic(s.build + "/opforge-ab.setup", want);
     }
   }
   if (!(o.no_build && s.kind == "build")) {
@@ -176,15 +178,18 @@ struct Bench {
   std::vector<std::pair<int, PairedVerdict>> confirmations;
 };
 
+// The op a benchmark times: <op>/... or peer/<lib>/<op>/... ("" for anything else).
+std::string op_of(const std::string& name) {
+  if (name.rfind("peer/", 0) != 0) return name.substr(0, name.find('/'));
+  const size_t a = name.find('/', 5);
+  return a == std::string::npos ? "" : name.substr(a + 1, name.find('/', a + 1) - a - 1);
+}
+
 bool is_selected(const std::string& name, const AbOptions& o, const std::regex* filter, Role& role) {
   if (name.rfind("probe/", 0) == 0) return role = Role::control, true;
   const bool peer = name.rfind("peer/", 0) == 0;
   if (peer && !o.peers) return false;
-  std::string op = name.substr(0, name.find('/'));
-  if (peer) {  // peer/<lib>/<op>/...
-    const size_t a = name.find('/', 5);
-    op = a == std::string::npos ? "" : name.substr(a + 1, name.find('/', a + 1) - a - 1);
-  }
+  const std::string op = op_of(name);
   if (!o.ops.empty() && !std::count(o.ops.begin(), o.ops.end(), op)) return false;
   if (filter && !std::regex_search(name, *filter)) return false;
   role = peer ? Role::control : Role::gated;
@@ -294,14 +299,36 @@ void check_ops_exist(const Side& base, const Side& head, const AbOptions& o) {
     if (!known.empty() && !known.count(op)) throw Error("--op " + op + ": no such op in either tree");
 }
 
+bool same_bytes(const std::string& a, const std::string& b) {
+  std::string x, y;
+  return files::read_if_exists(a, x) && files::read_if_exists(b, y) && x == y;
+}
+
+// --skip-identical: the ops whose CPU module (kernels/opf_<op>_cpu.so) is the same bytes in both
+// builds. Timing them would measure only the machine: the code under test is the same.
+std::set<std::string> identical_modules(const Side& base, const Side& head) {
+  std::set<std::string> ops;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(head.build + "/kernels", ec)) {
+    const std::string f = e.path().filename().string(), prefix = "opf_", suffix = "_cpu.so";
+    if (f.size() <= prefix.size() + suffix.size() || f.rfind(prefix, 0) != 0 ||
+        f.compare(f.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    if (same_bytes(e.path().string(), base.build + "/kernels/" + f))
+      ops.insert(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size()));
+  }
+  return ops;
+}
+
 struct Selection {
   std::vector<Bench> benches;  // in both builds, probes last
   std::vector<std::string> only_head, only_base;
+  std::vector<std::string> identical;  // --skip-identical: not timed, their op's module is the same bytes
   size_t gated = 0;
 };
 
 Selection select_benchmarks(const std::vector<std::string>& base_names, const std::vector<std::string>& head_names,
-                            const AbOptions& o, const std::regex* filter) {
+                            const AbOptions& o, const std::regex* filter, const std::set<std::string>& identical) {
   const std::set<std::string> in_base(base_names.begin(), base_names.end()),
       in_head(head_names.begin(), head_names.end());
   Selection sel;
@@ -310,6 +337,10 @@ Selection select_benchmarks(const std::vector<std::string>& base_names, const st
     if (!is_selected(n, o, filter, role)) continue;
     if (!in_base.count(n)) {
       sel.only_head.push_back(n);
+      continue;
+    }
+    if (n.rfind("probe/", 0) != 0 && identical.count(op_of(n))) {
+      sel.identical.push_back(n);
       continue;
     }
     Bench x;
@@ -327,7 +358,7 @@ Selection select_benchmarks(const std::vector<std::string>& base_names, const st
                         [](const Bench& x) { return x.name.rfind("probe/", 0) != 0; });
   sel.gated =
       std::count_if(sel.benches.begin(), sel.benches.end(), [](const Bench& x) { return x.role == Role::gated; });
-  if (sel.gated == 0)
+  if (sel.gated == 0 && sel.identical.empty())
     throw Error("no benchmark of both builds matches" + std::string(o.ops.empty() ? "" : " the --op list") +
                 (o.filter.empty() ? "" : " and --filter") + " (nothing to compare)");
   return sel;
@@ -632,6 +663,9 @@ json::Value ab_json(Outcome& out, const AbOptions& o) {
   for (const auto& n : out.sel.only_base) na.push(n);
   doc.set("only_in_head", nb);
   doc.set("only_in_base", na);
+  json::Value same = json::Value(json::Array{});
+  for (const auto& n : out.sel.identical) same.push(n);
+  doc.set("not_timed_identical_module", same);
   doc.set("instructions", out.instr);
   if (o.repeat > 1) out.runs_with_slower = add_runs_json(doc, out.sel.benches, o);
   doc.set("regressions", out.regressions);
@@ -652,6 +686,9 @@ std::string ab_markdown_summary(const Outcome& out, const AbOptions& o) {
   for (const auto& [k, n] : out.count) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + k;
   md += "**" + std::string(out.regressions ? "FAIL" : "PASS") + "**: " + std::to_string(out.regressions) +
         " regression(s); " + std::to_string(out.sel.gated) + " benchmarks compared (" + counts + ").";
+  if (!out.sel.identical.empty())
+    md += " Not timed: " + std::to_string(out.sel.identical.size()) +
+          " benchmark(s) whose op's module is byte-identical in both builds (--skip-identical).";
   if (o.repeat > 1)
     md += " Runs with a SLOWER verdict: " + std::to_string(out.runs_with_slower) + " of " + std::to_string(o.repeat) +
           ".";
@@ -714,10 +751,15 @@ int run_ab(const AbOptions& o_in) {
   ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(head, 1),
                 o.out + "/head-serve.log");
   const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
-  Selection sel = select_benchmarks(base_names, head_names, o, filter.get());
-  settle_with_probes(b, h, sel.benches);
-  measure_benchmarks(b, h, sel.benches, o);
-  confirm_slower(base, head, sel.benches, o);
+  const std::set<std::string> identical = o.skip_identical ? identical_modules(base, head) : std::set<std::string>{};
+  Selection sel = select_benchmarks(base_names, head_names, o, filter.get(), identical);
+  if (sel.gated == 0) {  // every selected op's module is identical: nothing to time
+    sel.benches.clear();
+  } else {
+    settle_with_probes(b, h, sel.benches);
+    measure_benchmarks(b, h, sel.benches, o);
+    confirm_slower(base, head, sel.benches, o);
+  }
 
   int instr_regressions = 0;
   const json::Value instr = compare_instructions(base, head, o, filter.get(), instr_regressions);

@@ -32,9 +32,10 @@ struct AbOptions {
   bool confirm = true;         // a SLOWER is confirmed by `rounds` more rounds in a second pair of processes
   double threshold = 0.05, alpha = 0.05, instr_threshold = 0.01;
   bool instructions = true;
-  bool force = false;                                                   // replace an existing out/ab.json
-  bool no_build = false;                                                // use build directories as they are (no ninja)
-  std::vector<std::string> meson_options;                               // extra -Dkey=value for both builds
+  bool force = false;                      // replace an existing out/ab.json
+  bool no_build = false;                   // use build directories as they are (no ninja)
+  bool skip_identical = false;             // no timing for ops whose CPU module is byte-identical in both builds
+  std::vector<std::string> meson_options;  // extra -Dkey=value for both builds
   std::vector<std::pair<std::string, std::string>> base_env, head_env;  // for that side's benchmark server
 };
 

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/sha256.h"
 #include "common/utc_time.h"
+#include "matrix/build_dir.h"
 #include "matrix/callgrind.h"
 #include "matrix/inventory.h"
 #include "matrix/machine.h"
@@ -424,6 +425,7 @@ std::string run_cell(CellRun& c) {
   files::make_dirs(c.dir + "/logs");
   c.record = json::Object{};
   c.record.set("gpu_debt", json::Array{});
+  c.record.set("build_dir", c.build);  // beside the source, not in the cell: see build_dir.h
   using StepFn = void (*)(CellRun&);
   for (StepFn f : {step_setup, step_compile, step_test, step_inventory, step_bench, step_callgrind, step_chakra}) {
     if (c.stopped()) break;
@@ -611,7 +613,7 @@ std::string run_cell_recording_errors(CellQueue& q, const Cell& cell, int slot) 
   c.callgrind = q.ps.plan.run.callgrind;
   c.build_jobs = q.build_jobs;
   c.dir = q.run_dir + "/cells/" + cell.id;
-  c.build = c.dir + "/build";
+  c.build = build_dir_beside_source(q.ps.source_dir, "cell-" + cell.id, q.run_dir, c.dir + "/build");
   try {
     return run_cell(c);
   } catch (const std::exception& e) {

@@ -20,7 +20,7 @@ struct RunOptions {
   int bench = -1;                  // -1: plan's [run] bench; 0/1: override
   double step_timeout = 0;         // > 0 overrides every step's timeout
   std::vector<std::string> cells;  // ids or names; empty = all
-  bool keep_builds = false;        // keep cells/<id>/build after the cell is recorded
+  bool keep_builds = false;        // keep each cell's build (build_dir_beside_source) after it is recorded
   bool measure_bandwidth = true;
 };
 

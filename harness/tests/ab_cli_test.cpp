@@ -150,6 +150,23 @@ TEST(AbCli, SlowerInOnePairOfProcessesOnlyIsNotConfirmed) {
   EXPECT_EQ(doc.num("regressions"), 0);
 }
 
+// --skip-identical (CI's ab of a shared-code change): a module that is the same bytes in both
+// builds is not timed, and says so; here both sides are one build, so nothing is timed.
+TEST(AbCli, SkipIdenticalTimesNoOpWhoseModuleIsTheSameBytes) {
+  NEED_BUILD();
+  TempDir t;
+  std::vector<std::string> args = quick(build, t.path + "/same", 6);
+  args.push_back("--skip-identical");
+  const Result r = ab(t.path, args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Value doc = parse_file(t.path + "/same/ab.json");
+  EXPECT_TRUE(doc.get("benchmarks").as_array().empty());
+  std::vector<std::string> skipped;
+  for (const auto& n : doc.get("not_timed_identical_module").as_array()) skipped.push_back(n.as_string());
+  EXPECT_EQ(skipped, std::vector<std::string>{"rms_norm/cpu/f32/forward/16384x1024/threads:1"});
+  EXPECT_NE(slurp(t.path + "/stdout").find("byte-identical in both builds"), std::string::npos);
+}
+
 TEST(AbCli, BadInputExits2WithOneLineAndNoResults) {
   NEED_BUILD();
   TempDir t;

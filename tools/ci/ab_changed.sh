@@ -4,8 +4,10 @@
 # Ops: every kernels/ops/<op>/ folder with a changed kernel file (not test.cpp, peer_*.cpp, docs, nor
 # kernel.cu: GPU code, which the CPU benchmarks `ab` times never run);
 # a change to the shared kernel code (kernels/cpu, kernels/include, kernels/core) compares every op
-# on its f32 single-thread benchmarks (CI time). A change that touches no kernel code is skipped,
-# with its reason. Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
+# on its f32 single-thread benchmarks (CI time). Either way an op whose built module is the same
+# bytes in both trees is not timed (--skip-identical: a comment or a change the compiler folds away
+# cannot be slower); ab.json lists those. A change that touches no kernel code is skipped, with
+# its reason. Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
 # Usage: tools/ci/ab_changed.sh OUT_DIR [more `opforge ab` arguments]
 set -euo pipefail
 out=${1:?usage: tools/ci/ab_changed.sh OUT_DIR [opforge ab args]}
@@ -47,4 +49,4 @@ else
   exit 0
 fi
 rm -rf "$out"
-exec "$opforge" ab --base "$base" --head . "${args[@]}" --out "$out" "$@"
+exec "$opforge" ab --base "$base" --head . --skip-identical "${args[@]}" --out "$out" "$@"
