@@ -38,19 +38,20 @@
 #endif
 #ifndef OPF_FUSED_DENSE_CPU_COMMON
 #define OPF_FUSED_DENSE_CPU_COMMON
+// oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
+// with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
+// and instantiating them; the C header parses in ~0.03 s).
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
 #include <compare>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "cpu/args.h"
@@ -98,8 +99,17 @@ struct GemmShape {
   auto operator<=>(const GemmShape&) const = default;
 };
 
-inline const dnnl::engine& Engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+// A failed oneDNN call fails the op's call with its name and status (dnnl_status_t).
+inline void Check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) module::fail("fused_dense: oneDNN %s failed (dnnl_status_t %lld)", what, status);
+}
+
+inline dnnl_engine_t Engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    Check(dnnl_engine_create(&e, dnnl_cpu, 0), "dnnl_engine_create");
+    return e;
+  }();
   return engine;
 }
 
@@ -107,30 +117,63 @@ inline const dnnl::engine& Engine() {
 // The scratchpad is the caller's (user mode): the library's shared one is not safe when
 // primitives run concurrently, as the tiles do.
 struct Gemm {
-  dnnl::memory::desc a, b, c;
-  dnnl::matmul matmul;
-  size_t scratch_bytes;
+  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
+  dnnl_primitive_t matmul = nullptr;
+  size_t scratch_bytes = 0;
+  Gemm() = default;
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  ~Gemm() {
+    if (matmul) dnnl_primitive_destroy(matmul);
+  }
 };
+
+inline std::shared_ptr<const Gemm> MakeGemm(const GemmShape& s) {
+  auto g = std::make_shared<Gemm>();
+  // strides in elements: op(A) row i, column p is at i*lda + p, or at p*lda + i when transposed
+  const dnnl_dims_t a_dims{s.m, s.k}, a_strides{s.ta ? 1 : s.lda, s.ta ? s.lda : 1};
+  const dnnl_dims_t b_dims{s.k, s.n}, b_strides{s.tb ? 1 : s.ldb, s.tb ? s.ldb : 1};
+  const dnnl_dims_t c_dims{s.m, s.n}, c_strides{s.n, 1};
+  Check(dnnl_memory_desc_init_by_strides(&g->a, 2, a_dims, dnnl_f32, a_strides), "dnnl_memory_desc_init_by_strides");
+  Check(dnnl_memory_desc_init_by_strides(&g->b, 2, b_dims, dnnl_f32, b_strides), "dnnl_memory_desc_init_by_strides");
+  Check(dnnl_memory_desc_init_by_strides(&g->c, 2, c_dims, dnnl_f32, c_strides), "dnnl_memory_desc_init_by_strides");
+  dnnl_matmul_desc_t desc;
+  Check(dnnl_matmul_desc_init(&desc, &g->a, &g->b, nullptr, &g->c), "dnnl_matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  Check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  dnnl_primitive_desc_t pd = nullptr;
+  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_desc_create(&pd, &desc, attr, Engine(), nullptr);
+  }
+  dnnl_primitive_attr_destroy(attr);
+  Check(st, "matmul primitive descriptor creation");
+  const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  g->scratch_bytes = scratch ? dnnl_memory_desc_get_size(scratch) : 0;
+  const dnnl_dims_t s_dims{dnnl_dim_t(g->scratch_bytes)}, s_strides{1};
+  if (g->scratch_bytes > 0) st = dnnl_memory_desc_init_by_strides(&g->scratch, 1, s_dims, dnnl_u8, s_strides);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_create(&g->matmul, pd);
+  }
+  dnnl_primitive_desc_destroy(pd);
+  Check(st, "matmul primitive creation");
+  return g;
+}
+
+// A process sees few tile shapes: a short list, searched in order, is the cache.
 inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
   static std::mutex mu;
-  static std::map<GemmShape, std::shared_ptr<const Gemm>> cache;
+  static std::vector<std::pair<GemmShape, std::shared_ptr<const Gemm>>> cache;
   const std::lock_guard<std::mutex> lock(mu);
-  if (const auto hit = cache.find(s); hit != cache.end()) return hit->second;
+  for (const auto& [shape, gemm] : cache)
+    if (shape == s) return gemm;
   // a process that sees many shapes: keep the working set bounded (calls in flight hold their own
   // references)
   if (cache.size() >= 256) cache.clear();
-  using md = dnnl::memory::desc;
-  const auto f32 = dnnl::memory::data_type::f32;
-  // strides in elements: op(A) row i, column p is at i*lda + p, or at p*lda + i when transposed
-  md a({s.m, s.k}, f32, s.ta ? dnnl::memory::dims{1, s.lda} : dnnl::memory::dims{s.lda, 1});
-  md b({s.k, s.n}, f32, s.tb ? dnnl::memory::dims{1, s.ldb} : dnnl::memory::dims{s.ldb, 1});
-  md c({s.m, s.n}, f32, dnnl::memory::dims{s.n, 1});
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const OneOmpThread one;
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, Engine());
-  auto g = std::make_shared<Gemm>(Gemm{a, b, c, dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
-  cache[s] = g;
+  auto g = MakeGemm(s);
+  cache.emplace_back(s, g);
   return g;
 }
 
@@ -149,6 +192,19 @@ inline float* Scratch(Slot slot, size_t n) {
   return bufs[slot].get();
 }
 
+// This thread's oneDNN stream, destroyed with the thread.
+class ThreadStream {
+ public:
+  ThreadStream() { Check(dnnl_stream_create(&stream_, Engine(), dnnl_stream_default_flags), "dnnl_stream_create"); }
+  ~ThreadStream() { dnnl_stream_destroy(stream_); }
+  ThreadStream(const ThreadStream&) = delete;
+  ThreadStream& operator=(const ThreadStream&) = delete;
+  dnnl_stream_t get() const { return stream_; }
+
+ private:
+  dnnl_stream_t stream_ = nullptr;
+};
+
 // tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
 inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                      float* tile) {
@@ -160,17 +216,25 @@ inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t 
   const auto g = GemmFor({m, n, k, A.ld, B.ld, A.trans, B.trans});
   const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
   const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
-  const dnnl::engine& e = Engine();
-  thread_local dnnl::stream stream(Engine());
-  const dnnl::memory am(g->a, e, const_cast<float*>(a)), bm(g->b, e, const_cast<float*>(b)), cm(g->c, e, tile);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (g->scratch_bytes > 0) {
-    const dnnl::memory::desc sd({int64_t(g->scratch_bytes)}, dnnl::memory::data_type::u8, dnnl::memory::dims{1});
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, e, Scratch(kGemm, (g->scratch_bytes + 3) / 4)));
+  thread_local const ThreadStream stream;
+  // the memory objects wrap the caller's buffers for this one execution
+  dnnl_exec_arg_t args[4] = {
+      {DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}, {DNNL_ARG_SCRATCHPAD, nullptr}};
+  const int nargs = g->scratch_bytes > 0 ? 4 : 3;
+  void* const handles[4] = {const_cast<float*>(a), const_cast<float*>(b), tile,
+                            nargs == 4 ? Scratch(kGemm, (g->scratch_bytes + 3) / 4) : nullptr};
+  const dnnl_memory_desc_t* descs[4] = {&g->a, &g->b, &g->c, &g->scratch};
+  dnnl_status_t st = dnnl_success;
+  for (int i = 0; i < nargs && st == dnnl_success; ++i)
+    st = dnnl_memory_create(&args[i].memory, descs[i], Engine(), handles[i]);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_execute(g->matmul, stream.get(), nargs, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream.get());
   }
-  const OneOmpThread one;
-  g->matmul.execute(stream, args);
-  stream.wait();
+  for (int i = 0; i < nargs; ++i)
+    if (args[i].memory) dnnl_memory_destroy(args[i].memory);
+  Check(st, "matmul execution");
 }
 
 // Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
