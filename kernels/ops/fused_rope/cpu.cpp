@@ -41,8 +41,7 @@ namespace opf::fused_rope_cpu {
 // t viewed as [A, B, C, d] rows: sbhd [s, b, h, d]; thd [total, 1, h, d]. Strides in elements.
 struct Rope {
   const opf_host* host;
-  int32_t dtype;
-  bool backward;
+  int32_t dtype;  // the direction is the entry's: a template argument of RopeT / Rope2dT
   int64_t A, B, C, d, d2;
   const void* in;
   int64_t is[4];
@@ -240,7 +239,9 @@ HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool str
   if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
 }
 
-template <class S>
+// kBackward: the entry's direction, a template argument so that an entry's JIT specialization
+// compiles only its own direction's rows.
+template <class S, bool kBackward>
 void Rope2dT(const Rope& a) {
   const int64_t q = a.d / 2;
   auto table = hwy::AllocateAligned<float>(size_t(2 * (a.img_h + a.img_w) * q + 1));
@@ -251,13 +252,11 @@ void Rope2dT(const Rope& a) {
   const int64_t rows = a.A * a.B * a.C;
   const bool stream = a.os[3] == 1 && double(rows) * double(a.d) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(a.d) * sizeof(S));
-  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    if (a.backward) Rows2d<S, true>(a, t, stream, r0, r1);
-    else Rows2d<S, false>(a, t, stream, r0, r1);
-  });
+  opf::cpu::parallel_rows(a.host, rows, chunk,
+                          [&](int64_t r0, int64_t r1) { Rows2d<S, kBackward>(a, t, stream, r0, r1); });
 }
 
-template <class S>
+template <class S, bool kBackward>
 void RopeT(const Rope& a) {
   // thd: a table of the positions up to the longest sequence, shared by all sequences
   const int64_t P = a.cu ? a.positions : 0, d2 = a.d2;
@@ -270,34 +269,32 @@ void RopeT(const Rope& a) {
   const int64_t rows = a.A * a.B * a.C;
   const bool stream = a.os[3] == 1 && double(rows) * double(a.d) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const int64_t chunk = opf::cpu::rows_per_task(rows, 2.0 * double(a.d) * sizeof(S));
-  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    if (a.backward) Rows<S, true>(a, cs, sn, stream, r0, r1);
-    else Rows<S, false>(a, cs, sn, stream, r0, r1);
-  });
+  opf::cpu::parallel_rows(a.host, rows, chunk,
+                          [&](int64_t r0, int64_t r1) { Rows<S, kBackward>(a, cs, sn, stream, r0, r1); });
 }
 
 // One per entry: a JIT specialization compiles only its own entry's kernels (cpu/storage.h).
-#define OPF_ROPE_ENTRY(fn, name)                                                  \
-  void fn(const Rope& a) {                                                        \
-    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { RopeT<decltype(s)>(a); }); \
+#define OPF_ROPE_ENTRY(fn, name, backward)                                                  \
+  void fn(const Rope& a) {                                                                  \
+    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { RopeT<decltype(s), backward>(a); }); \
   }
-OPF_ROPE_ENTRY(RunForward, "forward")
-OPF_ROPE_ENTRY(RunBackward, "backward")
-OPF_ROPE_ENTRY(RunForwardCached, "forward_cached")
-OPF_ROPE_ENTRY(RunBackwardCached, "backward_cached")
-OPF_ROPE_ENTRY(RunForwardCachedF32, "forward_cached_f32")
-OPF_ROPE_ENTRY(RunBackwardCachedF32, "backward_cached_f32")
-OPF_ROPE_ENTRY(RunForwardThd, "forward_thd")
-OPF_ROPE_ENTRY(RunBackwardThd, "backward_thd")
+OPF_ROPE_ENTRY(RunForward, "forward", false)
+OPF_ROPE_ENTRY(RunBackward, "backward", true)
+OPF_ROPE_ENTRY(RunForwardCached, "forward_cached", false)
+OPF_ROPE_ENTRY(RunBackwardCached, "backward_cached", true)
+OPF_ROPE_ENTRY(RunForwardCachedF32, "forward_cached_f32", false)
+OPF_ROPE_ENTRY(RunBackwardCachedF32, "backward_cached_f32", true)
+OPF_ROPE_ENTRY(RunForwardThd, "forward_thd", false)
+OPF_ROPE_ENTRY(RunBackwardThd, "backward_thd", true)
 #undef OPF_ROPE_ENTRY
-#define OPF_ROPE_2D_ENTRY(fn, name)                                                 \
-  void fn(const Rope& a) {                                                          \
-    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { Rope2dT<decltype(s)>(a); }); \
+#define OPF_ROPE_2D_ENTRY(fn, name, backward)                                                 \
+  void fn(const Rope& a) {                                                                    \
+    opf::cpu::run_storage<name>(a.dtype, [&](auto s) { Rope2dT<decltype(s), backward>(a); }); \
   }
-OPF_ROPE_2D_ENTRY(RunForward2d, "forward_2d")
-OPF_ROPE_2D_ENTRY(RunBackward2d, "backward_2d")
-OPF_ROPE_2D_ENTRY(RunForward2dF32, "forward_2d_f32")
-OPF_ROPE_2D_ENTRY(RunBackward2dF32, "backward_2d_f32")
+OPF_ROPE_2D_ENTRY(RunForward2d, "forward_2d", false)
+OPF_ROPE_2D_ENTRY(RunBackward2d, "backward_2d", true)
+OPF_ROPE_2D_ENTRY(RunForward2dF32, "forward_2d_f32", false)
+OPF_ROPE_2D_ENTRY(RunBackward2dF32, "backward_2d_f32", true)
 #undef OPF_ROPE_2D_ENTRY
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -468,7 +465,6 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
   Rope a{};
   a.host = c->host;
   a.dtype = t.dtype;
-  a.backward = backward;
   a.in = t.data;
   a.out = o.data;
   a.A = t.shape[0], a.B = t.shape[1], a.C = t.shape[2], a.d = d, a.d2 = d;
@@ -511,7 +507,6 @@ void call(const opf_call* c, bool execute) {
   Rope a{};
   a.host = c->host;
   a.dtype = t.dtype;
-  a.backward = backward;
   a.in = t.data;
   const int64_t d = t.shape[nd - 1];
   a.d = d;
