@@ -40,7 +40,8 @@ void add_ab_command(CLI::App& app) {
   sub->add_flag("--with-peers", a->o.peers, "Also time the peer libraries (controls: the same code in both builds)");
   sub->add_option("--rounds", a->o.rounds, "Paired rounds per benchmark (default 10)");
   sub->add_option("--repeat", a->o.repeat,
-                  "Independent verdicts per benchmark, each from --rounds rounds (false-alarm studies; default 1)");
+                  "Independent runs, each in its own pair of processes: a verdict per benchmark per run "
+                  "(false-alarm studies; default 1)");
   sub->add_option("--block-seconds", a->o.block_seconds,
                   "Each timed block runs the kernel for at least this long (default 0.1)");
   sub->add_option("--threshold", a->o.threshold, "Relative change that matters (default 0.05)");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What `opforge ab` delivers on this machine: its false-alarm and detection rates (issue 13).
-#   aa        A/A: the build against itself (two benchmark processes of the same build), AB_REPEAT
-#             independent verdicts per benchmark (--repeat): the share of runs with anything SLOWER.
+#   aa        A/A: the build against itself, AB_REPEAT independent runs (--repeat: each run in its
+#             own pair of processes of the same build): the share of runs with anything SLOWER.
 #   slow10    A/B: the same build, the head's calls of one op (AB_SLOW_OP) made 10 % slower by the
 #             calibration hook (OPFORGE_AB_SLOWDOWN): in how many runs each benchmark is SLOWER.
 #   rms_norm  A/B: HEAD against a patched copy whose rms_norm forward recomputes its sum of squares

@@ -423,98 +423,141 @@ void time_rounds(ServeClient& b, ServeClient& h, Bench& x, const AbOptions& o) {
   }
 }
 
-// The verdict over all rounds, and with --repeat one per run of `rounds` (false-alarm studies).
-void decide_verdicts(Bench& x, const AbOptions& o) {
-  x.v = paired_verdict(x.ratios, o.threshold, o.alpha);
-  x.verdict = x.v.verdict;
-  if (o.repeat > 1)
-    for (int k = 0; k < o.repeat; ++k)
-      x.per_run.push_back(paired_verdict(std::vector<double>(x.ratios.begin() + ptrdiff_t(k) * o.rounds,
-                                                             x.ratios.begin() + ptrdiff_t(k + 1) * o.rounds),
-                                         o.threshold, o.alpha)
-                              .verdict);
-  if (x.role == Role::control) x.note = "control: the same code in both builds";
-}
+// A pair of benchmark servers, one per build, numbered (OPFORGE_AB_PAIR; kernel_bench's
+// calibration slowdown can target one pair). Which side starts first alternates between pairs, so
+// that neither build always gets the first process's place.
+struct ServerPair {
+  std::unique_ptr<ServeClient> b, h;
+};
 
-// A side's benchmark-server environment, with the number of the pair of processes it belongs to
-// (OPFORGE_AB_PAIR: 1 measures, 2 confirms; kernel_bench's calibration slowdown can target one).
 std::vector<std::pair<std::string, std::string>> pair_env(const Side& s, int pair) {
   auto env = s.env;
   env.emplace_back("OPFORGE_AB_PAIR", std::to_string(pair));
   return env;
 }
 
-// SLOWER is kept only where a second pair of processes agrees (ab.h). The pair starts head first
-// (the first pair started base first), settles like the first, and times `rounds` fresh rounds per
-// SLOWER verdict: the overall one and, with --repeat, each run's own. One not confirmed becomes
-// AMBIGUOUS, with both readings in the note.
-void confirm_slower(const Side& base, const Side& head, std::vector<Bench>& benches, const AbOptions& o) {
-  auto slower_runs = [&](const Bench& x) {
-    std::vector<int> runs;
-    if (x.role != Role::gated) return runs;
-    if (x.verdict == "SLOWER") runs.push_back(-1);
-    for (int k = 0; k < int(x.per_run.size()); ++k)
-      if (x.per_run[size_t(k)] == "SLOWER") runs.push_back(k);
-    return runs;
+ServerPair start_pair(const Side& base, const Side& head, const AbOptions& o, int number, bool base_first) {
+  auto start = [&](const Side& s) {
+    const std::string log =
+        o.out + "/" + s.name + "-serve" + (number == 1 ? "" : "-" + std::to_string(number)) + ".log";
+    return std::make_unique<ServeClient>(
+        s.name, std::vector<std::string>{s.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"},
+        pair_env(s, number), log);
   };
-  size_t todo = 0;
-  for (const Bench& x : benches) todo += slower_runs(x).size();
-  if (!o.confirm || todo == 0) return;
-  std::fprintf(stderr, "confirming %zu SLOWER verdict(s) with a second pair of processes\n", todo);
-  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(head, 2),
-                o.out + "/head-confirm-serve.log");
-  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(base, 2),
-                o.out + "/base-confirm-serve.log");
-  settle_with_probes(b, h, benches);
-  AbOptions once = o;
-  once.repeat = 1;
-  for (Bench& x : benches) {
-    const std::vector<int> runs = slower_runs(x);
-    if (runs.empty()) continue;
-    Bench again;
-    again.name = x.name;
-    again.role = x.role;
-    const bool ready = prepare_both(b, h, again);
-    for (int k : runs) {
-      PairedVerdict v;
-      if (ready) {
-        again.ratios.clear(), again.base_ns.clear(), again.head_ns.clear();
-        time_rounds(b, h, again, once);
-        v = paired_verdict(again.ratios, o.threshold, o.alpha);
-      } else {
-        v.verdict = "not measured (" + again.note + ")";
-      }
-      x.confirmations.emplace_back(k, v);
-      if (v.verdict == "SLOWER") continue;
-      const std::string first =
-          k < 0 ? fmt("%.3f [%.3f, %.3f]", x.v.median, x.v.lo, x.v.hi) : "run " + std::to_string(k + 1);
-      const std::string why = "SLOWER " + first + " in the first pair of processes, " + v.verdict +
-                              (ready ? fmt(" %.3f [%.3f, %.3f]", v.median, v.lo, v.hi) : "") + " in a second";
-      if (k < 0) x.verdict = "AMBIGUOUS";
-      else x.per_run[size_t(k)] = "AMBIGUOUS";
-      x.note += (x.note.empty() ? "" : "; ") + why;
-    }
-    std::fprintf(stderr, "  %s  %s\n", x.name.c_str(), x.note.empty() ? "SLOWER confirmed" : x.note.c_str());
+  ServerPair p;
+  if (base_first) {
+    p.b = start(base);
+    p.h = start(head);
+  } else {
+    p.h = start(head);
+    p.b = start(base);
   }
+  return p;
 }
 
-void measure_benchmarks(ServeClient& b, ServeClient& h, std::vector<Bench>& benches, const AbOptions& o) {
+// The last `rounds` ratios of x: the run just measured.
+PairedVerdict last_run_verdict(const Bench& x, const AbOptions& o) {
+  return paired_verdict(std::vector<double>(x.ratios.end() - o.rounds, x.ratios.end()), o.threshold, o.alpha);
+}
+
+// One run: every benchmark timed `rounds` rounds by one pair of processes. Returns the benchmarks
+// it measured (a benchmark either side cannot run keeps the verdict prepare_both gave it).
+std::vector<Bench*> measure_run(ServerPair& p, std::vector<Bench>& benches, const AbOptions& o, int run) {
+  const std::string tag = o.repeat > 1 ? "run " + std::to_string(run + 1) + "/" + std::to_string(o.repeat) + " " : "";
+  AbOptions once = o;
+  once.repeat = 1;
+  std::vector<Bench*> measured;
   size_t done = 0;
   for (Bench& x : benches) {
     ++done;
-    if (!prepare_both(b, h, x)) {
-      std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(),
-                   x.note.c_str());
+    const bool fresh = run == 0 || !x.ratios.empty();  // a case that could not run once is not retried
+    if (!fresh || !prepare_both(*p.b, *p.h, x)) {
+      if (run == 0)
+        std::fprintf(stderr, "[%zu/%zu] %s  %s: %s\n", done, benches.size(), x.name.c_str(), x.verdict.c_str(),
+                     x.note.c_str());
+      if (o.repeat > 1) x.per_run.push_back(x.verdict);
       continue;
     }
-    time_rounds(b, h, x, o);
-    decide_verdicts(x, o);
-    std::string runs;
-    for (const auto& v : x.per_run) runs += (runs.empty() ? "  runs: " : " ") + v;
-    std::fprintf(stderr, "[%zu/%zu] %s  %s %.3f [%.3f, %.3f]%s\n", done, benches.size(), x.name.c_str(),
-                 (x.role == Role::control ? "control " + x.verdict : x.verdict).c_str(), x.v.median, x.v.lo, x.v.hi,
-                 runs.c_str());
+    time_rounds(*p.b, *p.h, x, once);
+    const PairedVerdict v = last_run_verdict(x, o);
+    if (o.repeat > 1) x.per_run.push_back(v.verdict);
+    measured.push_back(&x);
+    std::fprintf(stderr, "%s[%zu/%zu] %s  %s %.3f [%.3f, %.3f]\n", tag.c_str(), done, benches.size(), x.name.c_str(),
+                 (x.role == Role::control ? "control " + v.verdict : v.verdict).c_str(), v.median, v.lo, v.hi);
   }
+  return measured;
+}
+
+// SLOWER is kept only where another pair of processes, started in the other order, agrees (ab.h):
+// it settles like the first and times `rounds` fresh rounds per SLOWER verdict. One not confirmed
+// becomes AMBIGUOUS, with both readings in the note. `run`: the --repeat run whose verdicts these
+// are (-1: the verdict over all rounds).
+void confirm_slower(const Side& base, const Side& head, const std::vector<Bench*>& candidates, const AbOptions& o,
+                    int run, int pair, bool base_first) {
+  std::vector<Bench*> todo;
+  for (Bench* x : candidates)
+    if (x->role == Role::gated && (run < 0 ? x->verdict : x->per_run[size_t(run)]) == "SLOWER") todo.push_back(x);
+  if (!o.confirm || todo.empty()) return;
+  std::fprintf(stderr, "confirming %zu SLOWER verdict(s) with another pair of processes\n", todo.size());
+  ServerPair p = start_pair(base, head, o, pair, base_first);
+  std::vector<Bench> probes;
+  for (const Bench* x : candidates)
+    if (x->name.rfind("probe/", 0) == 0) probes.push_back(*x);
+  settle_with_probes(*p.b, *p.h, probes);
+  AbOptions once = o;
+  once.repeat = 1;
+  for (Bench* x : todo) {
+    Bench again;
+    again.name = x->name;
+    again.role = x->role;
+    PairedVerdict v;
+    if (prepare_both(*p.b, *p.h, again)) {
+      time_rounds(*p.b, *p.h, again, once);
+      v = paired_verdict(again.ratios, o.threshold, o.alpha);
+    } else {
+      v.verdict = "not measured (" + again.note + ")";
+    }
+    x->confirmations.emplace_back(run, v);
+    if (v.verdict != "SLOWER") {
+      const PairedVerdict first = run < 0 ? x->v : last_run_verdict(*x, o);
+      const std::string why = "SLOWER " + (run < 0 ? std::string() : "in run " + std::to_string(run + 1) + " ") +
+                              fmt("%.3f [%.3f, %.3f]", first.median, first.lo, first.hi) +
+                              " in the first pair of processes, " + v.verdict +
+                              (v.rounds > 0 ? fmt(" %.3f [%.3f, %.3f]", v.median, v.lo, v.hi) : "") + " in another";
+      if (run < 0) x->verdict = "AMBIGUOUS";
+      else x->per_run[size_t(run)] = "AMBIGUOUS";
+      x->note += (x->note.empty() ? "" : "; ") + why;
+    }
+    std::fprintf(stderr, "  %s  %s\n", x->name.c_str(), v.verdict == "SLOWER" ? "SLOWER confirmed" : x->note.c_str());
+  }
+}
+
+// Every run with its own pair of processes (so that --repeat's runs are independent, like separate
+// invocations, per-process biases included), each run's SLOWERs confirmed by another pair started
+// in the other order; then the verdict over all rounds. Pairs are numbered 1, 2, ... as they start.
+void measure_all(ServerPair& first, const Side& base, const Side& head, std::vector<Bench>& benches,
+                 const AbOptions& o) {
+  int pair = 1;
+  for (int run = 0; run < o.repeat; ++run) {
+    ServerPair fresh;
+    const bool base_first = run % 2 == 0;
+    if (run > 0) fresh = start_pair(base, head, o, ++pair, base_first);
+    ServerPair& p = run == 0 ? first : fresh;
+    settle_with_probes(*p.b, *p.h, benches);
+    const std::vector<Bench*> measured = measure_run(p, benches, o, run);
+    if (run == 0) first = ServerPair{};  // stopped before the next pair starts
+    else fresh = ServerPair{};
+    if (o.repeat > 1) confirm_slower(base, head, measured, o, run, ++pair, !base_first);
+  }
+  std::vector<Bench*> all;
+  for (Bench& x : benches) {
+    if (x.ratios.empty() || !x.verdict.empty()) continue;  // (verdict: a run could not prepare it)
+    x.v = paired_verdict(x.ratios, o.threshold, o.alpha);
+    x.verdict = x.v.verdict;
+    if (x.role == Role::control) x.note = "control: the same code in both builds";
+    all.push_back(&x);
+  }
+  confirm_slower(base, head, all, o, -1, ++pair, false);
 }
 
 // Instruction counts: exact, both builds. Adds the cases over the threshold to `regressions`.
@@ -745,21 +788,17 @@ int run_ab(const AbOptions& o_in) {
   check_ops_exist(base, head, o);
   for (Side* s : {&base, &head}) build(*s, o);
 
-  // Both servers live until the report is written (their destructors stop them).
-  ServeClient b("base", {base.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(base, 1),
-                o.out + "/base-serve.log");
-  ServeClient h("head", {head.build + "/harness/suites/opforge-kernel-bench", "--ab-serve"}, pair_env(head, 1),
-                o.out + "/head-serve.log");
-  const std::vector<std::string> base_names = b.list(600), head_names = h.list(600);
+  // The first pair lists the benchmarks, then measures the first run.
+  ServerPair first = start_pair(base, head, o, 1, true);
+  const std::vector<std::string> base_names = first.b->list(600), head_names = first.h->list(600);
   const std::set<std::string> identical = o.skip_identical ? identical_modules(base, head) : std::set<std::string>{};
   Selection sel = select_benchmarks(base_names, head_names, o, filter.get(), identical);
   if (sel.gated == 0) {  // every selected op's module is identical: nothing to time
     sel.benches.clear();
   } else {
-    settle_with_probes(b, h, sel.benches);
-    measure_benchmarks(b, h, sel.benches, o);
-    confirm_slower(base, head, sel.benches, o);
+    measure_all(first, base, head, sel.benches, o);
   }
+  first = ServerPair{};
 
   int instr_regressions = 0;
   const json::Value instr = compare_instructions(base, head, o, filter.get(), instr_regressions);

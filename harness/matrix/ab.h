@@ -26,7 +26,7 @@ struct AbOptions {
   std::string filter;            // ECMAScript regex over benchmark names (controls always run)
   bool peers = false;            // also time the peers (as controls: the same code in both builds)
   int rounds = 10;
-  int repeat = 1;              // > 1: that many independent verdicts per benchmark (false-alarm studies)
+  int repeat = 1;              // > 1: that many runs, each in its own pair of processes (false-alarm studies)
   double block_seconds = 0.1;  // timed calls per block: at least this long
   bool restage = true;         // both sides stage the case in new buffers before every round
   bool confirm = true;         // a SLOWER is confirmed by `rounds` more rounds in a second pair of processes
