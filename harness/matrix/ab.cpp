@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "matrix/build_dir.h"
 #include "matrix/callgrind.h"
@@ -396,12 +397,11 @@ bool prepare_both(ServeClient& b, ServeClient& h, Bench& x) {
 // The rounds of one benchmark: one block per side per round, the order alternating so that
 // whichever side goes second does not always get the warmer machine.
 void time_rounds(ServeClient& b, ServeClient& h, Bench& x, const AbOptions& o) {
-  const int total_rounds = o.rounds * o.repeat;
   const double time_timeout = o.block_seconds * 100 + 300;
   const std::string block = " " + fmt("%g", o.block_seconds);
   parse_ns(b.request("time " + x.name + block, time_timeout), "base", x.name);  // warm-up, both
   parse_ns(h.request("time " + x.name + block, time_timeout), "head", x.name);
-  for (int r = 0; r < total_rounds; ++r) {
+  for (int r = 0; r < o.rounds; ++r) {
     if (o.restage) {  // both at once: staging is not timed
       b.send("restage " + x.name);
       h.send("restage " + x.name);
@@ -424,8 +424,8 @@ void time_rounds(ServeClient& b, ServeClient& h, Bench& x, const AbOptions& o) {
 }
 
 // A pair of benchmark servers, one per build, numbered (OPFORGE_AB_PAIR; kernel_bench's
-// calibration slowdown can target one pair). Which side starts first alternates between pairs, so
-// that neither build always gets the first process's place.
+// calibration slowdown can target one pair). Callers alternate which side starts first, so that
+// neither build always gets the first process's place.
 struct ServerPair {
   std::unique_ptr<ServeClient> b, h;
 };
@@ -464,8 +464,6 @@ PairedVerdict last_run_verdict(const Bench& x, const AbOptions& o) {
 // it measured (a benchmark either side cannot run keeps the verdict prepare_both gave it).
 std::vector<Bench*> measure_run(ServerPair& p, std::vector<Bench>& benches, const AbOptions& o, int run) {
   const std::string tag = o.repeat > 1 ? "run " + std::to_string(run + 1) + "/" + std::to_string(o.repeat) + " " : "";
-  AbOptions once = o;
-  once.repeat = 1;
   std::vector<Bench*> measured;
   size_t done = 0;
   for (Bench& x : benches) {
@@ -478,7 +476,7 @@ std::vector<Bench*> measure_run(ServerPair& p, std::vector<Bench>& benches, cons
       if (o.repeat > 1) x.per_run.push_back(x.verdict);
       continue;
     }
-    time_rounds(*p.b, *p.h, x, once);
+    time_rounds(*p.b, *p.h, x, o);
     const PairedVerdict v = last_run_verdict(x, o);
     if (o.repeat > 1) x.per_run.push_back(v.verdict);
     measured.push_back(&x);
@@ -504,15 +502,13 @@ void confirm_slower(const Side& base, const Side& head, const std::vector<Bench*
   for (const Bench* x : candidates)
     if (x->name.rfind("probe/", 0) == 0) probes.push_back(*x);
   settle_with_probes(*p.b, *p.h, probes);
-  AbOptions once = o;
-  once.repeat = 1;
   for (Bench* x : todo) {
     Bench again;
     again.name = x->name;
     again.role = x->role;
     PairedVerdict v;
     if (prepare_both(*p.b, *p.h, again)) {
-      time_rounds(*p.b, *p.h, again, once);
+      time_rounds(*p.b, *p.h, again, o);
       v = paired_verdict(again.ratios, o.threshold, o.alpha);
     } else {
       v.verdict = "not measured (" + again.note + ")";
@@ -539,14 +535,11 @@ void measure_all(ServerPair& first, const Side& base, const Side& head, std::vec
                  const AbOptions& o) {
   int pair = 1;
   for (int run = 0; run < o.repeat; ++run) {
-    ServerPair fresh;
     const bool base_first = run % 2 == 0;
-    if (run > 0) fresh = start_pair(base, head, o, ++pair, base_first);
-    ServerPair& p = run == 0 ? first : fresh;
+    ServerPair p = run == 0 ? std::exchange(first, ServerPair{}) : start_pair(base, head, o, ++pair, base_first);
     settle_with_probes(*p.b, *p.h, benches);
     const std::vector<Bench*> measured = measure_run(p, benches, o, run);
-    if (run == 0) first = ServerPair{};  // stopped before the next pair starts
-    else fresh = ServerPair{};
+    p = ServerPair{};  // stopped before the next pair starts
     if (o.repeat > 1) confirm_slower(base, head, measured, o, run, ++pair, !base_first);
   }
   std::vector<Bench*> all;
@@ -798,7 +791,7 @@ int run_ab(const AbOptions& o_in) {
   } else {
     measure_all(first, base, head, sel.benches, o);
   }
-  first = ServerPair{};
+  first = ServerPair{};  // (if nothing was timed: measure_all takes it over otherwise)
 
   int instr_regressions = 0;
   const json::Value instr = compare_instructions(base, head, o, filter.get(), instr_regressions);
