@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
+#include "cpu/scratch.h"
 #include "opforge/abi.h"
 
 namespace opf::cpu {
@@ -48,6 +48,8 @@ namespace opf::cpu {
 // `block`-row groups (at most 64 tasks, boundaries from the row count alone); f(r0, r1, totals)
 // adds rows [r0, r1) into its task's f64 totals[0, width); the task totals are then added in task
 // order into out[0, width) (resized and zeroed here).
+struct ColumnTotals;  // its thread_scratch
+
 template <class F>
 void parallel_column_sums(const opf_host* host, int64_t rows, int64_t block, size_t width, std::vector<double>& out,
                           F&& f) {
@@ -63,9 +65,9 @@ void parallel_column_sums(const opf_host* host, int64_t rows, int64_t block, siz
   // Each task zeroes its own totals, and the task totals are added column block by column block
   // in parallel: serial, these two passes over ntasks * width doubles (4 MiB for 64 tasks of 8192
   // columns) cost a tenth of a large backward's time. Every column is still summed in task order.
-  std::unique_ptr<double[]> totals(new double[size_t(ntasks) * width]);
+  double* const totals = thread_scratch<ColumnTotals, 1, double>(size_t(ntasks) * width);
   parallel_for(host, ntasks, [&](int64_t t) {
-    double* mine = totals.get() + size_t(t) * width;
+    double* mine = totals + size_t(t) * width;
     std::fill(mine, mine + width, 0.0);
     f(t * chunk, std::min(rows, (t + 1) * chunk), mine);
   });
@@ -76,7 +78,7 @@ void parallel_column_sums(const opf_host* host, int64_t rows, int64_t block, siz
     const size_t k0 = size_t(c) * kColumns, k1 = std::min(width, k0 + kColumns);
     double* o = out.data();
     for (int64_t t = 0; t < ntasks; ++t) {
-      const double* src = totals.get() + size_t(t) * width;
+      const double* src = totals + size_t(t) * width;
       for (size_t k = k0; k < k1; ++k) o[k] += src[k];
     }
   });

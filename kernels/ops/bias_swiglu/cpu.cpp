@@ -32,6 +32,7 @@
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -131,6 +132,10 @@ HWY_INLINE void StorePartF(DF d, VF v, float* p, size_t n) {
   std::memcpy(p, buf, std::min(n, kMaxLanes) * sizeof(float));
 }
 
+// Each task's f32 row buffer: this thread's, reused call after call (cpu/scratch.h).
+struct ForwardRowsScratch;
+struct BackwardRowsScratch;
+
 // The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them).
@@ -138,8 +143,7 @@ template <class S>
 HWY_NOINLINE void ForwardRows(const Forward& a, const float* bias, bool stream, int64_t r0, int64_t r1) {
   const DF d;
   const size_t h = size_t(a.h);
-  auto scratch = hwy::AllocateAligned<float>(h);
-  float* out = scratch.get();
+  float* out = opf::cpu::thread_scratch<ForwardRowsScratch>(h);
   for (int64_t r = r0; r < r1; ++r) {
     const S* x = static_cast<const S*>(a.x) + r * 2 * a.h;
     S* y = static_cast<S*>(a.y) + r * a.h;
@@ -175,9 +179,9 @@ HWY_NOINLINE void BackwardRows(const Backward& a, const float* bias, bool stream
                                double* totals) {
   const DF d;
   const size_t h = size_t(a.h), w = 2 * h;
-  auto scratch = hwy::AllocateAligned<float>(2 * w);
-  float* out = scratch.get();  // this row's f32 dx: [da | dc]
-  float* part = out + w;       // f32 column sums of the current block of rows
+  // this row's f32 dx [da | dc], then the f32 column sums of the current block of rows
+  float* out = opf::cpu::thread_scratch<BackwardRowsScratch>(2 * w);
+  float* part = out + w;
   std::memset(part, 0, w * sizeof(float));
   const auto one = hn::Set(d, 1.0f);
   for (int64_t r = r0; r < r1; ++r) {

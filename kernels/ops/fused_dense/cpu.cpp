@@ -56,8 +56,8 @@
 
 #include "cpu/args.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
-#include "hwy/aligned_allocator.h"
 #include "opforge/module.h"
 
 namespace opf::fused_dense_cpu {
@@ -177,20 +177,11 @@ inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
   return g;
 }
 
-// Scratch that outlives the call, per thread and slot, grown on demand: a fresh multi-MiB buffer
-// per call costs a page fault per 4 KiB page on first touch, which measured more than the whole
-// GELU' epilogue (dH alone is 32 MiB at 2048 x 4096). Pool threads use the first two slots (their tile
-// and its GEMM's scratchpad); the calling thread the others. Contents are garbage on entry.
+// Per thread and slot (cpu/scratch.h): dH alone is 32 MiB at 2048 x 4096, and a fresh buffer per call
+// cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first two
+// slots (their tile and its GEMM's scratchpad); the calling thread the others.
 enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
-inline float* Scratch(Slot slot, size_t n) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> bufs[kSlots];
-  thread_local size_t sizes[kSlots] = {};
-  if (sizes[slot] < n) {
-    bufs[slot] = hwy::AllocateAligned<float>(n);
-    sizes[slot] = n;
-  }
-  return bufs[slot].get();
-}
+inline float* Scratch(Slot slot, size_t n) { return opf::cpu::thread_scratch<Slot, kSlots>(n, slot); }
 
 // This thread's oneDNN stream, destroyed with the thread.
 class ThreadStream {

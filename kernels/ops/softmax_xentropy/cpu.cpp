@@ -39,6 +39,7 @@
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -206,6 +207,8 @@ HWY_INLINE void RowSumsExact(D d, const Z* HWY_RESTRICT z, size_t n, float m, fl
   }
 }
 
+struct RowCopies;  // its thread_scratch (one per thread, whatever the dtype)
+
 template <class S>
 void ForwardT(const Forward& a) {
   const hn::ScalableTag<float> d;
@@ -221,9 +224,9 @@ void ForwardT(const Forward& a) {
       std::min<int64_t>(std::max<int64_t>(a.rows, 1), 16 * opf::cpu::rows_per_task(a.rows, double(n) * sizeof(S)));
   opf::cpu::parallel_rows(a.host, a.rows, chunk, [&](int64_t r0, int64_t r1) {
     const size_t stride = (n + 15) / 16 * 16;  // whole cache lines: aligned stores
-    hwy::AlignedFreeUniquePtr<float[]> copies = kCopy ? hwy::AllocateAligned<float>(2 * stride) : nullptr;
+    float* const copies = kCopy ? opf::cpu::thread_scratch<RowCopies>(2 * stride) : nullptr;
     const auto row = [&](int64_t r) { return static_cast<const S*>(a.x) + r * a.cols; };
-    const auto copy = [&](int64_t r) { return kCopy ? copies.get() + size_t(r % 2) * stride : nullptr; };
+    const auto copy = [&](int64_t r) { return kCopy ? copies + size_t(r % 2) * stride : nullptr; };
     const auto source = [&](int64_t r) {  // pass 2 reads the row, or its f32 copy
       if constexpr (kCopy) return static_cast<const Z*>(copy(r));
       else return static_cast<const Z*>(row(r));
