@@ -32,6 +32,7 @@
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -94,13 +95,15 @@ HWY_INLINE void ZeroSpan(S* y, size_t n, bool stream) {
 // The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them).
+struct RowScratch;  // a task's f32 row (cpu/scratch.h)
+
 template <class S>
 HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), sk = size_t(a.sq);
   const auto vscale = hn::Set(d, a.scale);
 
-  auto z = hwy::AllocateAligned<float>(sk);
+  float* const z = opf::cpu::thread_scratch<RowScratch>(sk);
   for (int64_t r = r0; r < r1; ++r) {
     const size_t n = size_t(r % a.sq) + 1;  // kept columns
     const S* x = static_cast<const S*>(a.x) + r * a.sq;
@@ -110,7 +113,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     size_t j = 0;
     for (; j + N <= n; j += N) {
       const auto v = hn::Mul(LoadWiden(d, x + j), vscale);
-      hn::Store(v, d, z.get() + j);
+      hn::Store(v, d, z + j);
       vmax = hn::Max(vmax, v);
       probe = hn::MulAdd(v, hn::Zero(d), probe);
     }
@@ -123,7 +126,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     }
     // As the reference: a NaN score, or a maximum of +inf (inf - inf) or -inf (every score
     // -inf), makes the kept part NaN; SIMD max and the exp floor below would quietly drop a NaN.
-    if (special && (!std::isfinite(mx) || std::any_of(z.get(), z.get() + n, [](float v) { return std::isnan(v); }))) {
+    if (special && (!std::isfinite(mx) || std::any_of(z, z + n, [](float v) { return std::isnan(v); }))) {
       for (size_t k = 0; k < n; ++k) y[k] = from_f32<S>(std::numeric_limits<float>::quiet_NaN());
       ZeroSpan(y + n, sk - n, stream);
       continue;
@@ -138,9 +141,9 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     const S* x_next = x + a.sq;
     for (j = 0; j + N <= n; j += N) {
       if (more) PrefetchSpan(x_next + j, N);
-      const auto t = hn::Sub(hn::Load(d, z.get() + j), vmx);
+      const auto t = hn::Sub(hn::Load(d, z + j), vmx);
       const auto e = hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpFast(d, t));
-      hn::Store(e, d, z.get() + j);
+      hn::Store(e, d, z + j);
       s0 = hn::Add(s0, e);
     }
     float sum = SumLanes(d, s0);
@@ -149,7 +152,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     const float inv = 1.0f / sum;
     const auto vinv = hn::Set(d, inv);
     WriteRow(
-        d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z.get() + k), vinv); },
+        d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z + k), vinv); },
         [&](size_t k) { return z[k] * inv; });
     ZeroSpan(y + n, sk - n, stream);
   }

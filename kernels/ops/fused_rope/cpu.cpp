@@ -34,6 +34,7 @@
 
 #include "cpu/args.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -147,12 +148,14 @@ HWY_INLINE void Rotate(const Src* HWY_RESTRICT buf, const float* HWY_RESTRICT c,
 // task computes a position's cos/sin when it reaches it, while its loads stream in (a position cut
 // by a task boundary is computed twice, to the same bits).
 // 2-D: rows [r0, r1) of the [b, s, h] grid; tab: f32 cos_h, sin_h [img_h, q], cos_w, sin_w [img_w, q].
+struct Rows2dScratch;  // a task's row buffers (cpu/scratch.h)
+struct RowsScratch;
+
 template <class S, bool kBackward>
 HWY_NOINLINE void Rows2d(const Rope& a, const float* const* tab, bool stream, int64_t r0, int64_t r1) {
   const DF df;
   const size_t N = hn::Lanes(df), d = size_t(a.d), q = d / 2;
-  auto scratch = hwy::AllocateAligned<float>(2 * d + 2 * N);
-  float* buf = scratch.get();
+  float* buf = opf::cpu::thread_scratch<Rows2dScratch>(2 * d + 2 * N);
   float* res = buf + d + N;
   const int64_t bc = a.B * a.C;
   for (int64_t r = r0; r < r1; ++r) {
@@ -199,8 +202,7 @@ template <class S, bool kBackward>
 HWY_NOINLINE void Rows(const Rope& a, const float* cs, const float* sn, bool stream, int64_t r0, int64_t r1) {
   const DF df;
   const size_t N = hn::Lanes(df), d = size_t(a.d), d2 = size_t(a.d2);
-  auto scratch = hwy::AllocateAligned<float>(2 * d + 2 * d2 + 4 * N);
-  float* buf = scratch.get();
+  float* buf = opf::cpu::thread_scratch<RowsScratch>(2 * d + 2 * d2 + 4 * N);
   float* res = buf + d + N;
   float* lc = res + d + N;  // sbhd: cos/sin of position `have`
   float* ls = lc + d2 + N;

@@ -33,6 +33,7 @@
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -143,6 +144,8 @@ void ForwardT(const Forward& a) {
 // The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them).
+struct BackwardRowsScratch;  // a task's column partials (cpu/scratch.h)
+
 template <class S>
 HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, bool stream, int64_t r0, int64_t r1,
                                double* HWY_RESTRICT tdg) {
@@ -152,8 +155,7 @@ HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, b
 
   // f32 dgamma partials; the second pass re-widens x, dy from cache (cheaper than keeping f32
   // copies, which would double the row's cache footprint)
-  auto scratch = hwy::AllocateAligned<float>(n);
-  float* pdg = scratch.get();
+  float* const pdg = opf::cpu::thread_scratch<BackwardRowsScratch>(n);
   std::memset(pdg, 0, n * sizeof(float));
   for (int64_t i = r0; i < r1; ++i) {
     const S* x = static_cast<const S*>(a.x) + i * a.cols;

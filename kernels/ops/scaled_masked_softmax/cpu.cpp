@@ -31,6 +31,7 @@
 #include "cpu/args.h"
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -75,13 +76,15 @@ using opf::cpu::to_f32;
 // The rows [r0, r1) of one task. A function of its own, not the lambda's body: captured
 // vectors and floats would be reloaded from the closure after every float store (a float
 // store may alias them).
+struct RowScratch;  // a task's f32 row (cpu/scratch.h)
+
 template <class S>
 HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d), n = size_t(a.sk);
   const auto vscale = hn::Set(d, a.scale), vmasked = hn::Set(d, kMaskedScore);
 
-  auto z = hwy::AllocateAligned<float>(n);
+  float* const z = opf::cpu::thread_scratch<RowScratch>(n);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t bi = r / (a.heads * a.sq), si = r % a.sq;
     const uint8_t* m = a.mask + (bi * a.sq + si) * a.sk;
@@ -96,7 +99,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     size_t j = 0;
     for (; j + N <= n; j += N) {
       const auto v = hn::IfThenElse(LoadMaskU8(d, m + j), vmasked, hn::Mul(LoadWiden(d, x + j), vscale));
-      hn::Store(v, d, z.get() + j);
+      hn::Store(v, d, z + j);
       vmax = hn::Max(vmax, v);
       probe = hn::MulAdd(v, hn::Zero(d), probe);
     }
@@ -109,7 +112,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     }
     // As the reference: a NaN score, or a maximum of +inf (inf - inf) or -inf (every score -inf),
     // makes the whole row NaN; SIMD max and the exp clamp below would quietly drop a NaN.
-    if (special && (!std::isfinite(mx) || std::any_of(z.get(), z.get() + n, [](float v) { return std::isnan(v); }))) {
+    if (special && (!std::isfinite(mx) || std::any_of(z, z + n, [](float v) { return std::isnan(v); }))) {
       for (size_t k = 0; k < n; ++k) y[k] = from_f32<S>(std::numeric_limits<float>::quiet_NaN());
       continue;
     }
@@ -126,9 +129,9 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
       PrefetchSpan(x + next + j, N);
       if (!stream) PrefetchSpanForWrite(y + next + j, N);
       if (j % 64 == 0) PrefetchSpan(m_next + j, 1);
-      const auto t = hn::Sub(hn::Load(d, z.get() + j), vmx);
+      const auto t = hn::Sub(hn::Load(d, z + j), vmx);
       const auto e = hn::IfThenZeroElse(hn::Lt(t, vfloor), ExpFast(d, t));
-      hn::Store(e, d, z.get() + j);
+      hn::Store(e, d, z + j);
       s0 = hn::Add(s0, e);
     }
     float sum = SumLanes(d, s0);
@@ -137,7 +140,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     const float inv = 1.0f / sum;
     const auto vinv = hn::Set(d, inv);
     WriteRow(
-        d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z.get() + k), vinv); },
+        d, y, n, stream, [&](size_t k) { return hn::Mul(hn::LoadU(d, z + k), vinv); },
         [&](size_t k) { return z[k] * inv; });
   }
   if (stream) hwy::FlushStream();  // every thread orders its own streaming stores

@@ -37,6 +37,7 @@
 
 #include "cpu/args.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -265,14 +266,16 @@ HWY_NOINLINE void RowsReduce(const Call& k, int64_t r0, int64_t r1, float* scrat
 }
 
 // Channels last: slot s covers pieces [s * per, ...) of piece_rows rows each; one task per slot.
+struct LastSlotScratch;  // a task's per-channel buffers (cpu/scratch.h)
+
 template <class Body>
 void ForLastSlots(const Call& k, Body&& body) {
   const int64_t pr = piece_rows(k.ch), pieces = (k.n + pr - 1) / pr;
   const Slots sl = slots_of(pieces);
   opf::cpu::parallel_for(k.host, sl.count, [&](int64_t s) {
-    auto scratch = hwy::AllocateAligned<float>(size_t(3 * k.ch));
+    float* const scratch = opf::cpu::thread_scratch<LastSlotScratch>(size_t(3 * k.ch));
     const int64_t p1 = std::min(pieces, (s + 1) * sl.per);
-    for (int64_t p = s * sl.per; p < p1; ++p) body(s, p * pr, std::min(k.n, (p + 1) * pr), scratch.get());
+    for (int64_t p = s * sl.per; p < p1; ++p) body(s, p * pr, std::min(k.n, (p + 1) * pr), scratch);
   });
 }
 
