@@ -137,7 +137,7 @@ std::map<std::string, std::unique_ptr<RecyclingDevice>>& bench_devices() {
 
 RecyclingDevice& bench_device(const std::string& backend) {
   auto& d = bench_devices()[backend];
-  if (!d) d = std::make_unique<RecyclingDevice>(Loader::instance().device(backend));
+  if (!d) d = std::make_unique<RecyclingDevice>(Loader::instance().device(backend), backend == "cpu");
   return *d;
 }
 
