@@ -3,12 +3,19 @@
 // thread runs a task never matters to the result (ops make tasks independent of the count).
 // A parallel_for issued from inside a task, or while another thread's parallel_for holds the
 // pool, runs its tasks on the calling thread.
+//
+// Idle workers, and a caller waiting for them, spin for kSpin before they sleep (OpenMP's
+// blocktime, much shorter): a call after call (a training step, a benchmark) then never waits on
+// a futex wake-up, whose latency on a VM is tens of microseconds and depends on which CPU the
+// sleeper last ran on — state a process keeps for its life, so two processes running the same
+// 50 us call at 2 threads differed by up to 30 % (issue 13's A/A runs of syncbn).
 #include "opforge/threads.h"
 
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -45,13 +52,14 @@ class Pool {
       std::lock_guard lk(mu_);
       job_ = Job{fn, ctx, ntasks, helpers};
       next_.store(0);
-      pending_ = helpers;
-      ++generation_;
+      pending_.store(helpers);
+      generation_.store(generation_.load() + 1);
     }
-    cv_.notify_all();
+    cv_.notify_all();  // no system call while every worker is still spinning
     work();
+    spin_while([&] { return pending_.load(std::memory_order_acquire) != 0; });
     std::unique_lock lk(mu_);
-    done_cv_.wait(lk, [&] { return pending_ == 0; });
+    done_cv_.wait(lk, [&] { return pending_.load() == 0; });
   }
 
  private:
@@ -61,6 +69,20 @@ class Pool {
     int64_t ntasks = 0;
     int helpers = 0;
   };
+
+  static constexpr auto kSpin = std::chrono::microseconds(100);
+
+  // Polls `busy` for up to kSpin; the caller then sleeps on its condition if still needed.
+  template <class Busy>
+  static void spin_while(Busy&& busy) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; busy(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (i % 64 == 63 && std::chrono::steady_clock::now() >= until) return;
+    }
+  }
 
   static void serial(int64_t ntasks, opf_task_fn fn, void* ctx) {
     const bool outer = t_in_task;
@@ -86,15 +108,16 @@ class Pool {
   void loop(int index) {
     uint64_t seen = 0;
     for (;;) {
+      spin_while([&] { return generation_.load(std::memory_order_acquire) == seen; });
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return generation_ != seen; });
-        seen = generation_;
+        cv_.wait(lk, [&] { return generation_.load() != seen; });
+        seen = generation_.load();
         if (index >= job_.helpers) continue;
       }
       work();
       std::lock_guard lk(mu_);
-      if (--pending_ == 0) done_cv_.notify_all();
+      if (pending_.fetch_sub(1) == 1) done_cv_.notify_all();
     }
   }
 
@@ -104,8 +127,9 @@ class Pool {
   std::vector<std::thread> workers_;
   Job job_;
   std::atomic<int64_t> next_{0};
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  // written under mu_, also read without it by the spinning waits
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
 };
 
 void pool_parallel_for(const opf_host* self, int64_t ntasks, opf_task_fn fn, void* ctx) {
