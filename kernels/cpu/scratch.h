@@ -22,6 +22,7 @@ namespace opf::cpu {
 namespace scratch_detail {
 constexpr size_t kHuge = size_t(2) << 20;
 constexpr size_t kLarge = size_t(64) << 10;  // from here on, a huge page region
+constexpr size_t kPage = 4096;
 
 // Tasks run on the host's pool and must not throw (parallel.h): running out is fatal, and says so.
 [[noreturn]] inline void out_of_memory(size_t bytes) {
@@ -59,8 +60,10 @@ struct Buffer {
       ::madvise(p, size, MADV_HUGEPAGE);  // (a hint: without THP it is plain pages, still reused)
       bytes = size, mapped = true;
     } else {
-      const size_t size = (want + 63) / 64 * 64;
-      p = std::aligned_alloc(64, size);
+      // page-aligned: the same offset within a page in every process, so which loads of it falsely
+      // wait on the stores of an output 4 KiB apart (4K aliasing) does not change with the heap
+      const size_t size = (want + kPage - 1) / kPage * kPage;
+      p = std::aligned_alloc(kPage, size);
       if (!p) out_of_memory(want);
       bytes = size;
     }
@@ -68,7 +71,7 @@ struct Buffer {
 };
 }  // namespace scratch_detail
 
-// At least n elements of T (64-byte aligned) in this thread's buffer `slot` of the use site Tag
+// At least n elements of T (page-aligned) in this thread's buffer `slot` of the use site Tag
 // (a type of its own per use site: a module, and the helpers it calls on the same thread, must
 // never share a buffer); the same memory on every call from this thread until a larger request
 // for that slot replaces it.

@@ -356,8 +356,15 @@ void ReduceT(const Call& k) {
 //   forward        t = (x - m) a + b [+ z]; y = t, or 0 where t <= 0 with relu (NaN stays)
 //   backward_elemt dx = (dy - k1 - (x - m) k2) a
 //   relu_backward  dy_masked = t <= 0 ? 0 : dy, t as the forward's (channels last only)
+struct ConstsScratch;  // the calling thread's buffer of the tables (cpu/scratch.h)
 struct Consts {
-  std::vector<float> m, a, b, k1, k2;
+  // 5 tables of `pad` floats in the calling thread's scratch: not a heap block per call, whose
+  // place relative to the output's pages (and so its speed) changed from process to process
+  explicit Consts(size_t pad) : m(opf::cpu::thread_scratch<ConstsScratch>(5 * pad)) {
+    a = m + pad, b = a + pad, k1 = b + pad, k2 = k1 + pad;
+    std::fill(m, m + 5 * pad, 0.0f);
+  }
+  float *m, *a, *b, *k1, *k2;
 };
 enum Mode { kForward, kElemt, kReluBackward };
 
@@ -400,10 +407,10 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
         WriteRow(
             d, out + off, ch, stream,
             [&](size_t j) {
-              const VF u = hn::Sub(hn::Sub(LoadWiden(d, g + off + j), hn::LoadU(d, q.k1.data() + j)),
-                                   hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m.data() + j)),
-                                           hn::LoadU(d, q.k2.data() + j)));
-              return hn::Mul(u, hn::LoadU(d, q.a.data() + j));
+              const VF u =
+                  hn::Sub(hn::Sub(LoadWiden(d, g + off + j), hn::LoadU(d, q.k1 + j)),
+                          hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.k2 + j)));
+              return hn::Mul(u, hn::LoadU(d, q.a + j));
             },
             [&](size_t j) {
               return (to_f32(g[off + j]) - q.k1[j] - (to_f32(x[off + j]) - q.m[j]) * q.k2[j]) * q.a[j];
@@ -411,9 +418,8 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
       } else {
         // the pre-ReLU value; the two forms must round alike (the mask of relu_backward)
         const auto tv = [&](size_t j) {
-          VF t = hn::Add(
-              hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m.data() + j)), hn::LoadU(d, q.a.data() + j)),
-              hn::LoadU(d, q.b.data() + j));
+          VF t = hn::Add(hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.a + j)),
+                         hn::LoadU(d, q.b + j));
           if constexpr (kZ) t = hn::Add(t, LoadWiden(d, z + off + j));
           return t;
         };
@@ -450,10 +456,8 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
 template <class S, int kMode, bool kZ, bool kRelu>
 void ElemT(const Call& k) {
   const size_t C = size_t(k.ch);
-  Consts q;
   // padded by a vector so that the channels-last loads of a row's last whole vector stay inside
-  const size_t pad = C + hn::Lanes(DF());
-  q.m.assign(pad, 0.0f), q.a.assign(pad, 0.0f), q.b.assign(pad, 0.0f), q.k1.assign(pad, 0.0f), q.k2.assign(pad, 0.0f);
+  Consts q(C + hn::Lanes(DF()));
   for (size_t c = 0; c < C; ++c) {
     q.m[c] = k.mean[c];
     q.a[c] = k.invstd[c] * k.weight[c];
