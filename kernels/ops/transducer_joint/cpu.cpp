@@ -40,6 +40,7 @@
 
 #include "cpu/args.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
 
@@ -225,8 +226,13 @@ HWY_INLINE void StoreSums(const float* HWY_RESTRICT acc, S* HWY_RESTRICT y, size
   for (; c < w; ++c) y[c] = from_f32<S>(acc[c]);
 }
 
+// A task's f32 sums: slot 0 the dg rows of the block, slot 1 one df row. Thread scratch, not a
+// vector per task (cpu/scratch.h says why): issue 13's A/A runs read this backward 1.17-1.50x apart
+// between the two processes of a pair, depending on which was started first.
+struct BackwardScratch;
+
 template <bool kRelu, bool kDrop, class S>
-void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vector<float>& ag, std::vector<float>& af) {
+void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w) {
   const Layout& l = a.l;
   const int64_t nh = l.nh, lf = l.f_len[b], lg = l.g_len[b];
   const S* dh = static_cast<const S*>(a.dh) + l.batch_row(b) * nh + c0;
@@ -236,18 +242,19 @@ void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w, std::vecto
   S* df = static_cast<S*>(a.df) + b * l.nt * nh + c0;
   S* dg = static_cast<S*>(a.dg) + b * l.nu * nh + c0;
   const int64_t st = l.row_stride_t(b);
-  ag.assign(size_t(std::max<int64_t>(lg, 0)) * w, 0.0f);
-  af.resize(w);
+  const size_t ng = size_t(std::max<int64_t>(lg, 0)) * w;
+  float* const ag = opf::cpu::thread_scratch<BackwardScratch, 2>(ng, 0);
+  float* const af = opf::cpu::thread_scratch<BackwardScratch, 2>(w, 1);
+  std::fill(ag, ag + ng, 0.0f);
   for (int64_t t = 0; t < lf; ++t) {
-    std::fill(af.begin(), af.end(), 0.0f);
+    std::fill(af, af + w, 0.0f);
     for (int64_t u = 0; u < lg; ++u)
       AccumulateRow<kRelu, kDrop>(dh + (t * st + u) * nh, f + t * nh, g + u * nh,
-                                  kDrop ? m + (t * st + u) * nh : nullptr, a.scale, af.data(),
-                                  ag.data() + size_t(u) * w, w);
-    StoreSums(af.data(), df + t * nh, w);
+                                  kDrop ? m + (t * st + u) * nh : nullptr, a.scale, af, ag + size_t(u) * w, w);
+    StoreSums(af, df + t * nh, w);
   }
   for (int64_t t = lf; t < l.nt; ++t) FillRow(df + t * nh, w, 0.0f);
-  for (int64_t u = 0; u < lg; ++u) StoreSums(ag.data() + size_t(u) * w, dg + u * nh, w);
+  for (int64_t u = 0; u < lg; ++u) StoreSums(ag + size_t(u) * w, dg + u * nh, w);
   for (int64_t u = lg; u < l.nu; ++u) FillRow(dg + u * nh, w, 0.0f);
 }
 
@@ -259,13 +266,12 @@ void BackwardT(const Backward& a) {
   opf::cpu::parallel_for(a.host, l.nb * blocks, [&](int64_t task) {
     const int64_t b = task / blocks, c0 = (task % blocks) * cb;
     const size_t w = size_t(std::min(cb, l.nh - c0));
-    std::vector<float> ag, af;
     if (a.mask) {
-      if (a.relu) BackwardTask<true, true, S>(a, b, c0, w, ag, af);
-      else BackwardTask<false, true, S>(a, b, c0, w, ag, af);
+      if (a.relu) BackwardTask<true, true, S>(a, b, c0, w);
+      else BackwardTask<false, true, S>(a, b, c0, w);
     } else {
-      if (a.relu) BackwardTask<true, false, S>(a, b, c0, w, ag, af);
-      else BackwardTask<false, false, S>(a, b, c0, w, ag, af);
+      if (a.relu) BackwardTask<true, false, S>(a, b, c0, w);
+      else BackwardTask<false, false, S>(a, b, c0, w);
     }
   });
 }
