@@ -3,11 +3,16 @@
 # Base: AB_BASE, else the merge base with origin/main, else (on main itself) the previous commit.
 # Ops: every kernels/ops/<op>/ folder with a changed kernel file (not test.cpp, peer_*.cpp, docs, nor
 # kernel.cu: GPU code, which the CPU benchmarks `ab` times never run);
-# a change to the shared kernel code (kernels/cpu, kernels/include, kernels/core) compares every op
-# on its f32 single-thread benchmarks (CI time). Either way an op whose built module is the same
-# bytes in both trees is not timed (--skip-identical: a comment or a change the compiler folds away
-# cannot be slower); ab.json lists those. A change that touches no kernel code is skipped, with
-# its reason. Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
+# a change to the kernels' shared headers (kernels/cpu) compares every op on its f32 single-thread
+# benchmarks (CI time), and an op whose built module is the same bytes in both trees is not timed
+# (--skip-identical: a comment or a change the compiler folds away cannot be slower; ab.json lists
+# those). A change to the host side (kernels/core: thread pool, call path; kernels/include: the ABI
+# both sides compile) times every op's f32 benchmarks above 1 thread, identical modules included:
+# that code runs outside the modules (8e47965's pool change left every module the same bytes, so
+# --skip-identical timed nothing), the pool works only above 1 thread, and the call path runs
+# there too (same CI time as the 1-thread set). A change that touches no kernel code is skipped,
+# with its reason.
+# Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
 # Usage: tools/ci/ab_changed.sh OUT_DIR [more `opforge ab` arguments]
 set -euo pipefail
 out=${1:?usage: tools/ci/ab_changed.sh OUT_DIR [opforge ab args]}
@@ -27,26 +32,31 @@ if [[ -z $base ]]; then
 fi
 
 mapfile -t changed < <(git diff --name-only "$base" HEAD --)
-ops=() shared=()
+ops=() shared=() host=()
 for f in "${changed[@]}"; do
   case $f in
     kernels/ops/*/test.cpp | kernels/ops/*/peer_*.cpp | kernels/ops/*/*.md | kernels/ops/*/kernel.cu) ;;
     kernels/ops/*/*) op=${f#kernels/ops/}; op=${op%%/*}
                      [[ -d kernels/ops/$op && " ${ops[*]} " != *" $op "* ]] && ops+=("$op") ;;
-    kernels/cpu/* | kernels/include/* | kernels/core/*) shared+=("$f") ;;
+    kernels/cpu/*) shared+=("$f") ;;
+    kernels/include/* | kernels/core/*) host+=("$f") ;;
   esac
 done
 
 args=()
-if [[ ${#shared[@]} -gt 0 ]]; then
+if [[ ${#host[@]} -gt 0 ]]; then
+  echo "ab: host-side kernel code changed (${host[*]:0:3}${host[3]:+ ...}): every op, f32 above 1 thread"
+  args+=(--filter '/f32/.*/threads:([2-9]|[1-9][0-9]+)(/|$)')
+elif [[ ${#shared[@]} -gt 0 ]]; then
   echo "ab: shared kernel code changed (${shared[*]:0:3}${shared[3]:+ ...}): every op, f32 at 1 thread"
-  args+=(--filter '/f32/.*/threads:1(/|$)')
+  args+=(--filter '/f32/.*/threads:1(/|$)' --skip-identical)
 elif [[ ${#ops[@]} -gt 0 ]]; then
   for op in "${ops[@]}"; do args+=(--op "$op"); done
+  args+=(--skip-identical)
   echo "ab: ops touched since ${base:0:12}: ${ops[*]}"
 else
   echo "ab: skipped: ${base:0:12}..HEAD touches no kernel code (${#changed[@]} file(s) changed)"
   exit 0
 fi
 rm -rf "$out"
-exec "$opforge" ab --base "$base" --head . --skip-identical "${args[@]}" --out "$out" "$@"
+exec "$opforge" ab --base "$base" --head . "${args[@]}" --out "$out" "$@"
