@@ -10,8 +10,8 @@
 # both sides compile) times every op's f32 benchmarks above 1 thread, identical modules included:
 # that code runs outside the modules (8e47965's pool change left every module the same bytes, so
 # --skip-identical timed nothing), the pool works only above 1 thread, and the call path runs
-# there too (same CI time as the 1-thread set). A change that touches no kernel code is skipped,
-# with its reason.
+# there too (same CI time as the 1-thread set). A change of several kinds times the union of
+# their selections. A change that touches no kernel code is skipped, with its reason.
 # Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
 # Usage: tools/ci/ab_changed.sh OUT_DIR [more `opforge ab` arguments]
 set -euo pipefail
@@ -43,20 +43,32 @@ for f in "${changed[@]}"; do
   esac
 done
 
-args=()
+# A change of several kinds times the union of their selections, in one regex; --skip-identical
+# only when no host-side file changed (that code is outside every module).
+parts=() why=()
 if [[ ${#host[@]} -gt 0 ]]; then
-  echo "ab: host-side kernel code changed (${host[*]:0:3}${host[3]:+ ...}): every op, f32 above 1 thread"
-  args+=(--filter '/f32/.*/threads:([2-9]|[1-9][0-9]+)(/|$)')
-elif [[ ${#shared[@]} -gt 0 ]]; then
-  echo "ab: shared kernel code changed (${shared[*]:0:3}${shared[3]:+ ...}): every op, f32 at 1 thread"
-  args+=(--filter '/f32/.*/threads:1(/|$)' --skip-identical)
-elif [[ ${#ops[@]} -gt 0 ]]; then
-  for op in "${ops[@]}"; do args+=(--op "$op"); done
-  args+=(--skip-identical)
-  echo "ab: ops touched since ${base:0:12}: ${ops[*]}"
-else
+  parts+=('/f32/.*/threads:([2-9]|[1-9][0-9]+)(/|$)')
+  why+=("host-side kernel code changed (${host[*]:0:3}${host[3]:+ ...}): every op, f32 above 1 thread")
+fi
+if [[ ${#shared[@]} -gt 0 ]]; then
+  parts+=('/f32/.*/threads:1(/|$)')
+  why+=("shared kernel code changed (${shared[*]:0:3}${shared[3]:+ ...}): every op, f32 at 1 thread")
+fi
+[[ ${#ops[@]} -gt 0 ]] && why+=("ops touched since ${base:0:12}: ${ops[*]}")
+if [[ ${#why[@]} -eq 0 ]]; then
   echo "ab: skipped: ${base:0:12}..HEAD touches no kernel code (${#changed[@]} file(s) changed)"
   exit 0
 fi
+printf 'ab: %s\n' "${why[@]}"
+args=()
+if [[ ${#parts[@]} -eq 0 ]]; then
+  for op in "${ops[@]}"; do args+=(--op "$op"); done  # the builds enable only these ops
+else
+  [[ ${#ops[@]} -gt 0 ]] && parts+=("^($(IFS='|'; echo "${ops[*]}"))/")
+  union=${parts[0]}
+  if [[ ${#parts[@]} -gt 1 ]]; then union=$(printf '|(%s)' "${parts[@]}"); union=${union:1}; fi
+  args+=(--filter "$union")
+fi
+[[ ${#host[@]} -eq 0 ]] && args+=(--skip-identical)
 rm -rf "$out"
 exec "$opforge" ab --base "$base" --head . "${args[@]}" --out "$out" "$@"
