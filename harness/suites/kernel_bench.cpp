@@ -409,10 +409,13 @@ const Slowdown* slowdown() {
   return s.get();
 }
 
-// A single-threaded block runs on the last CPU this process may use, in both builds' processes:
-// left to the scheduler, each process tends to stay on the core it last ran on, and two cores of
-// a VM differ (their neighbours on the host), a bias between the processes that pairing cannot
-// remove. Multi-threaded blocks use every core in both.
+// A block of ours runs its calling thread on the last CPU this process may use, in both builds'
+// processes, and the pool's workers one each on the others (pin_workers, set by serve): left to
+// the scheduler, each process tends to keep the core it last ran on, and two cores of a VM differ
+// (their neighbours on the host), a bias between the processes that pairing cannot remove; an op
+// that runs serially at any thread count (syncbn welford_parallel) read 0.60-1.58x itself at
+// 2 threads, and a woken worker sharing its caller's core waited out the caller's spin. A peer's
+// multi-threaded block is left free: its library's own threads would inherit the one CPU.
 class OnOneCpu {
  public:
   explicit OnOneCpu(bool want) {
@@ -481,7 +484,7 @@ std::string restage(const BenchCase& bc) {
 
 double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
   using clock = std::chrono::steady_clock;
-  const OnOneCpu pin(bc.threads == 1);
+  const OnOneCpu pin(!bc.peer || bc.threads == 1);
   Prepared& p = prepare(bc);
   if (!p.error.empty()) throw Error(p.error);
   const bool restore = p.staged && p.staged->has_inouts();
@@ -517,6 +520,13 @@ double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
 }
 
 int serve(const std::vector<int>& thread_counts) {
+  if (cpu_set_t all; sched_getaffinity(0, sizeof all, &all) == 0) {  // see OnOneCpu
+    std::vector<int> others;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &all)) others.push_back(c);
+    if (others.size() > 1) others.pop_back();  // the last is the calling thread's
+    opf::pin_workers(others);
+  }
   ServeTarget t;
   t.list = [&] {
     std::vector<std::string> names;
@@ -544,7 +554,7 @@ int serve(const std::vector<int>& thread_counts) {
   };
   t.time = [&](const std::string& name, double seconds, int64_t& calls) {
     if (int n = probe_threads(name)) {
-      const OnOneCpu pin(n == 1);
+      const OnOneCpu pin(true);
       return time_probe(n, seconds, calls);
     }
     return time_block(find(name), seconds, calls);

@@ -62,6 +62,12 @@ class Pool {
     done_cv_.wait(lk, [&] { return pending_.load() == 0; });
   }
 
+  void pin(std::vector<int> cpus) {
+    std::lock_guard lk(mu_);
+    cpus_ = std::move(cpus);
+    placement_.store(placement_.load() + 1);
+  }
+
  private:
   struct Job {
     opf_task_fn fn = nullptr;
@@ -106,19 +112,35 @@ class Pool {
   }
 
   void loop(int index) {
-    uint64_t seen = 0;
+    uint64_t seen = 0, placed = 0;
+    cpu_set_t start;
+    if (sched_getaffinity(0, sizeof start, &start) != 0) placed = ~uint64_t(0);  // never placed
     for (;;) {
       spin_while([&] { return generation_.load(std::memory_order_acquire) == seen; });
       {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return generation_.load() != seen; });
         seen = generation_.load();
+        if (placed != ~uint64_t(0) && placement_.load() != placed) {
+          placed = placement_.load();
+          place(index, start);
+        }
         if (index >= job_.helpers) continue;
       }
       work();
       std::lock_guard lk(mu_);
       if (pending_.fetch_sub(1) == 1) done_cv_.notify_all();
     }
+  }
+
+  // Under mu_: this worker on its CPU from cpus_, else back on the mask it started with.
+  void place(int index, const cpu_set_t& start) {
+    cpu_set_t set = start;
+    if (!cpus_.empty()) {
+      CPU_ZERO(&set);
+      CPU_SET(cpus_[size_t(index) % cpus_.size()], &set);
+    }
+    sched_setaffinity(0, sizeof set, &set);  // this thread; a refused mask leaves it where it was
   }
 
   std::mutex submit_;  // one parallel_for at a time
@@ -130,6 +152,8 @@ class Pool {
   // written under mu_, also read without it by the spinning waits
   std::atomic<int> pending_{0};
   std::atomic<uint64_t> generation_{0};
+  std::vector<int> cpus_;               // pin_workers' list, under mu_
+  std::atomic<uint64_t> placement_{0};  // bumped by pin_workers; each worker applies it on waking
 };
 
 void pool_parallel_for(const opf_host* self, int64_t ntasks, opf_task_fn fn, void* ctx) {
@@ -137,6 +161,8 @@ void pool_parallel_for(const opf_host* self, int64_t ntasks, opf_task_fn fn, voi
 }
 
 }  // namespace
+
+void pin_workers(std::vector<int> cpus) { Pool::instance().pin(std::move(cpus)); }
 
 const opf_host* host_threads(int n) {
   if (n <= 0) n = default_num_threads();

@@ -1,11 +1,15 @@
 // The op contract (ABI v2) from a caller's side, on layer_norm's CPU module as the loader gives it
 // (prebuilt or JIT): CallBuilder refuses malformed calls before any module runs (one line naming
 // the argument or param), a module refuses a strided view of an argument the manifest does not
-// mark `view` (run and supports give the same reason), and the thread pool honours its count.
+// mark `view` (run and supports give the same reason), and the thread pool honours its count and
+// its workers' placement.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -102,6 +106,48 @@ TEST(Contract, ThreadPoolRunsEveryTaskOnAtMostItsThreadCount) {
     for (auto& hit : ctx.hits) ASSERT_EQ(hit.load(), 1);
     EXPECT_LE(int(ctx.ids.size()), n);
   }
+}
+
+// pin_workers (the benchmarks' fixed placement): every worker runs its tasks on the CPU it was
+// given, and back on its own mask once the list is empty.
+TEST(Contract, ThreadPoolWorkersRunWherePinned) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "skipped: this process may use 1 CPU, pinning moves nothing";
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  struct Ctx {
+    std::thread::id caller = std::this_thread::get_id();
+    std::mutex mu;
+    std::vector<cpu_set_t> worker_masks;
+  };
+  auto worker_masks = [](Ctx& ctx) {
+    const opf_host* h = host_threads(3);
+    h->parallel_for(
+        h, 200,
+        [](void* p, int64_t) {
+          auto* c = static_cast<Ctx*>(p);
+          std::this_thread::sleep_for(std::chrono::microseconds(200));  // every thread gets tasks
+          if (std::this_thread::get_id() == c->caller) return;
+          cpu_set_t m;
+          sched_getaffinity(0, sizeof m, &m);
+          std::lock_guard lk(c->mu);
+          c->worker_masks.push_back(m);
+        },
+        &ctx);
+  };
+  pin_workers({first});
+  Ctx pinned;
+  worker_masks(pinned);
+  pin_workers({});
+  Ctx freed;
+  worker_masks(freed);
+  ASSERT_FALSE(pinned.worker_masks.empty()) << "no worker ran a task";
+  for (const cpu_set_t& m : pinned.worker_masks)
+    EXPECT_TRUE(CPU_COUNT(&m) == 1 && CPU_ISSET(first, &m)) << "a worker ran outside CPU " << first;
+  ASSERT_FALSE(freed.worker_masks.empty()) << "no worker ran a task";
+  for (const cpu_set_t& m : freed.worker_masks)
+    EXPECT_TRUE(CPU_EQUAL(&m, &mine)) << "a worker stayed pinned after pin_workers({})";
 }
 
 }  // namespace
