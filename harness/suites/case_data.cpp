@@ -222,6 +222,12 @@ std::vector<std::vector<double>> sensitivity(const OpInfo& op, std::string_view 
 
 }  // namespace
 
+size_t host_bytes(const DrawnCase& c) {
+  size_t n = 0;
+  for (const HostArg& h : c.host) n += h.bytes.size();
+  return n;
+}
+
 DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape, Variant variant,
                     uint64_t seed, bool with_reference, const Params* given) {
   DrawnCase c;

@@ -66,6 +66,9 @@ struct DrawnCase {
 DrawnCase draw_case(const OpInfo& op, std::string_view entry, DType dtype, const Shape& shape, Variant variant,
                     uint64_t seed, bool with_reference, const Params* params = nullptr);
 
+// Bytes of every argument of the case, as drawn on the host.
+size_t host_bytes(const DrawnCase& c);
+
 // Fills bytes with a quiet-NaN pattern for floating dtypes and 0xA5 for integer ones.
 void poison(DType t, std::byte* base, int64_t n);
 

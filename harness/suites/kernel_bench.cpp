@@ -68,7 +68,8 @@ struct Prepared {
   const opf_module_info* module = nullptr;
   std::unique_ptr<peers::PeerRun> peer;
   std::string error;
-  bool evict_after_restore = false;  // see evicts_after_restore
+  bool restore = false;              // in-out arguments: restored before every call, untimed
+  bool evict_after_restore = false;  // and the caches evicted after that (see beyond_l2)
   // --ab-serve's restage: the stagings not in use, rotated through (see restage)
   std::vector<std::unique_ptr<StagedCase>> parked_staged;
   std::vector<std::unique_ptr<peers::PeerRun>> parked_peer;
@@ -184,12 +185,12 @@ void add_l2_rotation(Prepared& p, const BenchCase& bc) {
 // arguments does: evicting it timed a cold call instead, tens of DRAM and page-walk misses on
 // code and data whose latency follows where this process's pages happen to lie (A/A of syncbn
 // welford_parallel, a 5 us call: 0.8-1.35x from one pair of processes to the next).
-bool evicts_after_restore(const StagedCase& s) {
+bool beyond_l2(size_t bytes) {
   static const size_t l2 = [] {
     const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return v > 0 ? size_t(v) : size_t(256) << 10;
   }();
-  return s.has_inouts() && s.bytes() > l2;
+  return bytes > l2;
 }
 
 Prepared& prepare(const BenchCase& bc) {
@@ -213,7 +214,8 @@ Prepared& prepare(const BenchCase& bc) {
       if (std::string why = p->staged->supports(p->module); !why.empty()) throw Error("unsupported: " + why);
       p->staged->run(p->module);
       p->staged->synchronize();
-      p->evict_after_restore = evicts_after_restore(*p->staged);
+      p->restore = p->staged->has_inouts();
+      p->evict_after_restore = p->restore && beyond_l2(host_bytes(*p->drawn));
       if (on_gpu(bc)) add_l2_rotation(*p, bc);
     }
   } catch (const std::exception& e) {
@@ -227,8 +229,9 @@ Prepared& prepare(const BenchCase& bc) {
   return *g_current;
 }
 
-// Reads a buffer twice the L3 this machine reports (32 MiB): after an inout restore, the restored
-// tensor's tail would otherwise sit in cache and the kernel would beat memory bandwidth.
+// Reads 64 MiB, one load per cache line: after an inout restore, the restored tensor's tail would
+// otherwise sit in cache and the kernel would beat memory bandwidth. A fixed size: a VM reports
+// its host's L3 (260-508 MiB on this project's), not the share it gets.
 void evict_caches() {
   static std::vector<uint64_t> junk(size_t(64) << 20 >> 3, 1);
   uint64_t sum = 0;
@@ -243,7 +246,6 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
     st.SkipWithError(p.error.c_str());
     return;
   }
-  const bool restore = p.staged && p.staged->has_inouts();
   const bool gpu = on_gpu(bc);
   try {
     for (auto _ : st) {
@@ -254,11 +256,11 @@ void bench_case(benchmark::State& st, const BenchCase& bc) {
       }
       if (gpu) {
         StagedCase& s = p.next_staging();
-        if (restore) s.restore_inouts();
+        if (p.restore) s.restore_inouts();
         st.SetIterationTime(bench_device(bc.backend).time([&] { s.run(p.module); }));
         continue;
       }
-      if (restore) {  // an inout kernel would otherwise feed on its own output
+      if (p.restore) {  // an inout kernel would otherwise feed on its own output
         st.PauseTiming();
         p.staged->restore_inouts();
         if (p.evict_after_restore) evict_caches();
@@ -459,14 +461,24 @@ class OnOneCpu {
 // Other buffers for the staged case (same data): which physical pages a case's buffers land on
 // (cache sets, DRAM banks) is fixed for a process's lifetime and can make one process slower
 // than another running the same code, a bias no amount of pairing removes. Rotating through
-// kStagings stagings, one per round, turns it into noise the median absorbs; more would cost a
-// staging's page faults every round (~0.4 s per 100 MB on this VM).
-constexpr size_t kStagings = 3;
+// several stagings, one per round, turns it into noise the median absorbs. A large case gets
+// three: more would cost a staging's page faults every round (~0.4 s per 100 MB on this
+// project's VMs). A small case gets one per round (up to kMaxStagings, kStagingBytes in all):
+// its time depends on placement the most, and three stagings repeated over ten rounds were one
+// per-process draw of three placements, not ten. On a VM the host backs guest memory with pages
+// whose placement the guest cannot see or choose; syncbn f32 8x64x784 at 2 threads (1.6 MB a
+// core, a core's L2 is 2 MiB) ran 0.5-1.9x from one staging to the next, and A/A runs called it
+// SLOWER or FASTER in 3 of 20 runs of one pair of processes each.
+constexpr size_t kMinStagings = 3, kMaxStagings = 11, kStagingBytes = size_t(48) << 20;
+
+size_t stagings_for(size_t case_bytes) {
+  return std::clamp<size_t>(kStagingBytes / std::max<size_t>(case_bytes, 1), kMinStagings, kMaxStagings);
+}
 
 template <class T, class Make>
-void rotate(std::unique_ptr<T>& active, std::vector<std::unique_ptr<T>>& parked, Make&& make) {
+void rotate(std::unique_ptr<T>& active, std::vector<std::unique_ptr<T>>& parked, size_t stagings, Make&& make) {
   parked.push_back(std::move(active));
-  if (parked.size() < kStagings) {
+  if (parked.size() < stagings) {
     active = make();
   } else {
     active = std::move(parked.front());
@@ -477,15 +489,16 @@ void rotate(std::unique_ptr<T>& active, std::vector<std::unique_ptr<T>>& parked,
 std::string restage(const BenchCase& bc) {
   Prepared& p = prepare(bc);
   if (!p.error.empty()) return p.error;
+  const size_t stagings = stagings_for(host_bytes(*p.drawn));
   try {
     if (p.peer) {
-      rotate(p.peer, p.parked_peer, [&] {
+      rotate(p.peer, p.parked_peer, stagings, [&] {
         auto r = bc.peer->make({bc.entry, bc.dtype, bc.shape, bc.op->default_params(), bc.threads}, *p.drawn);
         r->run();  // first touch
         return r;
       });
     } else {
-      rotate(p.staged, p.parked_staged, [&] {
+      rotate(p.staged, p.parked_staged, stagings, [&] {
         auto r = std::make_unique<StagedCase>(bench_device(bc.backend), *bc.op, *p.drawn, bc.threads);
         r->run(p.module);  // first touch
         r->synchronize();
@@ -503,7 +516,6 @@ double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
   const OnOneCpu pin(!bc.peer || bc.threads == 1);
   Prepared& p = prepare(bc);
   if (!p.error.empty()) throw Error(p.error);
-  const bool restore = p.staged && p.staged->has_inouts();
   const Slowdown* slow = slowdown();
   const double spin = slow && std::regex_search(bc.name, slow->match) ? slow->fraction : 0;
   double timed = 0;
@@ -513,8 +525,8 @@ double time_block(const BenchCase& bc, double seconds, int64_t& calls) {
   // call, and a block of `seconds` timed would take many times that in wall time. Such a block
   // also ends at 4x `seconds` of wall time, with dozens of calls for its median still.
   const auto wall_end = clock::now() + std::chrono::duration<double>(4 * seconds);
-  for (calls = 0; calls == 0 || (timed < seconds && !(restore && clock::now() > wall_end)); ++calls) {
-    if (restore) {
+  for (calls = 0; calls == 0 || (timed < seconds && !(p.restore && clock::now() > wall_end)); ++calls) {
+    if (p.restore) {
       p.staged->restore_inouts();
       if (p.evict_after_restore) evict_caches();
     }

@@ -65,12 +65,6 @@ bool StagedCase::has_inouts() const {
   return false;
 }
 
-size_t StagedCase::bytes() const {
-  size_t n = 0;
-  for (const HostArg& h : case_.host) n += h.bytes.size();
-  return n;
-}
-
 void StagedCase::restore_inouts() {
   for (size_t i = 0; i < ptrs_.size(); ++i)
     if (case_.host[i].desc->role == Role::inout)

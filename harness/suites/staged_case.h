@@ -35,8 +35,6 @@ class StagedCase {
   // Re-uploads the original inout values (benchmarks: repeated runs must not feed on their output).
   void restore_inouts();
   bool has_inouts() const;
-  // Bytes of every argument, as staged (guards not counted).
-  size_t bytes() const;
 
  private:
   static constexpr size_t kGuard = 64;
