@@ -258,8 +258,8 @@ void compare_benchmarks(const GateInput& base, const GateInput& cur, const GateC
 // Instruction counts are deterministic: a plain threshold, no statistics.
 std::vector<SimpleChange> compare_instructions(const GateInput& base, const GateInput& cur, const GateConfig& cfg) {
   std::vector<SimpleChange> out;
-  std::map<std::string, double> cur_instr;
-  for (const auto& i : cur.instr) cur_instr[i.cell + "/" + i.name] = i.instructions;
+  std::map<std::string, const InstrCount*> cur_instr;
+  for (const auto& i : cur.instr) cur_instr[i.cell + "/" + i.name] = &i;
   for (const auto& i : base.instr) {
     std::string key = i.cell + "/" + i.name;
     auto it = cur_instr.find(key);
@@ -267,9 +267,18 @@ std::vector<SimpleChange> compare_instructions(const GateInput& base, const Gate
       out.push_back({key, "MISSING", "not in the current run"});
       continue;
     }
-    double ratio = it->second / i.instructions;
-    char d[128];
-    std::snprintf(d, sizeof d, "%.0f -> %.0f instructions (%+.2f %%)", i.instructions, it->second, (ratio - 1) * 100);
+    const InstrCount& now = *it->second;
+    double ratio = now.instructions / i.instructions;
+    char d[256];
+    int n = std::snprintf(d, sizeof d, "%.0f -> %.0f instructions (%+.2f %%)", i.instructions, now.instructions,
+                          (ratio - 1) * 100);
+    // beside a change, the system libraries' share: a count that rose while the whole call's fell
+    // is work moved out of (say) glibc's memset into the kernel's own code
+    if (ratio != 1 && i.library_instructions >= 0 && now.library_instructions >= 0) {
+      const double all0 = i.instructions + i.library_instructions, all1 = now.instructions + now.library_instructions;
+      std::snprintf(d + n, sizeof d - size_t(n), "; system libraries %.0f -> %.0f, whole call %.0f -> %.0f (%+.2f %%)",
+                    i.library_instructions, now.library_instructions, all0, all1, (all1 / all0 - 1) * 100);
+    }
     out.push_back({key,
                    ratio > 1 + cfg.instr_threshold   ? "REGRESSION"
                    : ratio < 1 - cfg.instr_threshold ? "FEWER"

@@ -95,7 +95,12 @@ GateInput read_baseline_file(const std::string& path) {
     const double n = r.number(instr[i].get("instructions"), at + ".instructions");
     // the gate divides by it: 0 would make every count a regression (or NaN, none)
     if (!(n > 0) || !std::isfinite(n)) r.fail(at + ".instructions", "not a positive count");
-    in.instr.push_back({r.text(instr[i], at, "cell", false), r.text(instr[i], at, "name", true), n});
+    double lib = -1;
+    if (instr[i].has("library_instructions")) {
+      lib = r.number(instr[i].get("library_instructions"), at + ".library_instructions");
+      if (!(lib >= 0) || !std::isfinite(lib)) r.fail(at + ".library_instructions", "not a count");
+    }
+    in.instr.push_back({r.text(instr[i], at, "cell", false), r.text(instr[i], at, "name", true), n, lib});
   }
   return in;
 }
@@ -165,7 +170,14 @@ std::vector<InstrCount> read_callgrind_json(const std::string& path, const std::
     if (!(n > 0) || !std::isfinite(n))
       throw Error(path + ": benchmark '" + b.str("name") + "': instructions " + opf::shortest_double(n) +
                   " is not a positive count");
-    out.push_back({cell, b.str("name"), n});
+    double lib = -1;
+    if (b.get("library_instructions").is_number()) {
+      lib = b.num("library_instructions");
+      if (!(lib >= 0) || !std::isfinite(lib))
+        throw Error(path + ": benchmark '" + b.str("name") + "': library_instructions " + opf::shortest_double(lib) +
+                    " is not a count");
+    }
+    out.push_back({cell, b.str("name"), n, lib});
   }
   return out;
 }
@@ -247,6 +259,7 @@ json::Value baseline_json(const GateInput& in) {
     j.set("cell", x.cell);
     j.set("name", x.name);
     j.set("instructions", x.instructions);
+    if (x.library_instructions >= 0) j.set("library_instructions", x.library_instructions);
     i.push(j);
   }
   v.set("callgrind", i);

@@ -29,10 +29,14 @@ struct ChakraOutcome {
 };
 
 // Callgrind instruction counts (schema opforge.callgrind/2, cells/<id>/callgrind.json):
-// {"schema": "opforge.callgrind/2", "benchmarks": [{"name": ..., "instructions": N}]}
+// {"schema": "opforge.callgrind/2", "benchmarks": [{"name": ..., "instructions": N,
+// "library_instructions": L}]}. The gate decides on `instructions` (the code outside the system
+// libraries, the same on every machine); L, where known, tells a reader whether work only moved
+// between the kernel and, say, glibc's memset.
 struct InstrCount {
   std::string cell, name;
   double instructions = 0;
+  double library_instructions = -1;  // per call in the system libraries; < 0: not recorded
 };
 
 struct GateInput {

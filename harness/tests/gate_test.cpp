@@ -184,6 +184,24 @@ TEST(Gate, InstructionCountsAreDeterministic) {
   EXPECT_EQ(r.instr[0].verdict, "REGRESSION");
 }
 
+// Where both sides recorded the system libraries' share, a changed count says what the whole call
+// did: rms_norm's backward once counted 7k more instructions in its module because the zeroing of
+// its sums left glibc's memset for an inlined fill, while the whole call fell by a quarter.
+TEST(Gate, InstructionChangeShowsTheLibrariesShare) {
+  GateInput base, cur;
+  base.instr = {{"prebuilt", "rms_norm/cpu/f32/backward/1x4096", 27'733, 66'082}};
+  cur.instr = {{"prebuilt", "rms_norm/cpu/f32/backward/1x4096", 34'909, 33'392}};
+  auto r = run_gate(base, cur, GateConfig{});
+  EXPECT_EQ(r.exit_code(), 1);  // the own code's count still decides
+  EXPECT_EQ(r.instr[0].verdict, "REGRESSION");
+  EXPECT_NE(r.instr[0].detail.find("system libraries 66082 -> 33392, whole call 93815 -> 68301 (-27.20 %)"),
+            std::string::npos)
+      << r.instr[0].detail;
+  cur.instr[0].library_instructions = -1;  // not recorded on one side: the count alone
+  r = run_gate(base, cur, GateConfig{});
+  EXPECT_EQ(r.instr[0].detail, "27733 -> 34909 instructions (+25.88 %)");
+}
+
 TEST(Gate, ChakraGoldenChange) {
   GateInput base, cur;
   base.chakra = {{"prebuilt", "resnet_et", "pass", "aaaa", 0.5}};

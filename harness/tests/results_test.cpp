@@ -324,6 +324,34 @@ TEST(Merge, BundlesBecomeOneRun) {
   EXPECT_FALSE(fs::exists(t.path + "/dup"));
 }
 
+// A baseline keeps each count's system-library share when the run had it, and refuses a bad one
+// by its place in the file.
+TEST(Baseline, InstructionCountsKeepTheirLibraryShare) {
+  TempDir t;
+  GateInput in;
+  in.instr = {{"prebuilt", "a/cpu/f32/forward/1", 1000, 250}, {"prebuilt", "b/cpu/f32/forward/1", 2000}};
+  const std::string path = t.path + "/base.json";
+  files::write_atomic(path, json::dump(baseline_json(in)));
+  GateInput back = read_gate_input(path);
+  ASSERT_EQ(back.instr.size(), 2u);
+  EXPECT_EQ(back.instr[0].library_instructions, 250);
+  EXPECT_EQ(back.instr[1].library_instructions, -1);  // not recorded stays not recorded
+  json::Value doc = baseline_json(in);
+  json::Value bad = doc.get("callgrind").as_array()[0];
+  bad.set("library_instructions", -3);
+  json::Value list = json::Array{};
+  list.push(bad);
+  doc.set("callgrind", list);
+  files::write_atomic(path, json::dump(doc));
+  try {
+    read_gate_input(path);
+    ADD_FAILURE() << "a negative library count was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("callgrind[0].library_instructions: not a count"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Emit, GithubChunksAt256AndSlurmArray) {
   Plan p;
   p.matrix_path = "matrices/big.toml";
