@@ -14,7 +14,8 @@ mkdir -p tools/ci kernels/ops/op_a kernels/ops/op_b kernels/cpu kernels/core ker
 cp "$src/tools/ci/ab_changed.sh" tools/ci/
 printf '#!/bin/sh\necho "opforge $*"\n' > stand_in && chmod +x stand_in
 for f in kernels/ops/op_a/cpu.cpp kernels/ops/op_a/test.cpp kernels/ops/op_b/cpu.cpp \
-         kernels/cpu/scratch.h kernels/core/thread_pool.cpp kernels/include/opforge/abi.h README.md; do
+         kernels/cpu/scratch.h kernels/core/thread_pool.cpp kernels/core/loader.cpp kernels/include/opforge/abi.h \
+         kernels/include/opforge/manifest.h README.md; do
   echo 0 > "$f"
 done
 git add -A && git commit -qm base
@@ -62,6 +63,12 @@ expect "the thread pool and two ops" kernels/core/thread_pool.cpp kernels/ops/op
 expect "the ABI header and shared headers" kernels/include/opforge/abi.h kernels/cpu/scratch.h -- \
   "^ab: host-side kernel code changed" "^ab: shared kernel code changed" \
   "= --filter ($above_one)|($one_thread) --out out" '!--skip-identical'
+# load-time code (the loader, the manifest's types): never run per call, not timed; beside an op, the op alone
+expect "the loader" kernels/core/loader.cpp kernels/include/opforge/manifest.h -- \
+  "^ab: not timed: load-time code changed \(kernels/core/loader.cpp kernels/include/opforge/manifest.h\)" \
+  '^ab: skipped: ' '!^opforge'
+expect "the loader and an op" kernels/core/loader.cpp kernels/ops/op_a/cpu.cpp -- \
+  '^opforge ab --base [0-9a-f]{40} --head \. --op op_a --skip-identical --out out$' '!host-side'
 # a clone with one commit has nothing to compare with: skipped, exit 0
 git checkout -q --orphan lone && git commit -qm lone
 got=$(OPFORGE=./stand_in tools/ci/ab_changed.sh out 2>&1)

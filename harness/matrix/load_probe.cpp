@@ -9,8 +9,9 @@
 
 namespace opf::matrix {
 namespace {
-// A CPU JIT compiled per (entry, dtype) compiles nothing at load: the probe compiles (or finds)
-// every pair, and reports them as one module would be (jit-compiled when any pair was compiled).
+// A CPU JIT compiled per (entry, dtype[, variant]) compiles nothing at load: the probe compiles
+// (or finds) every one, and reports them as one module would be (jit-compiled when any was
+// compiled).
 json::Value load_json(Loader& loader, const OpInfo& op, const std::string& backend) {
   const auto t0 = std::chrono::steady_clock::now();
   const LoadedModule& m = loader.load(op, backend);

@@ -11,7 +11,9 @@
 //   OPFORGE_JIT_VERBOSE=1        say on stderr when a module is compiled, or waited for
 //   OPFORGE_JIT_PCH=path|0       the CPU JIT's precompiled header (core/cpu_jit.h); 0: none
 //   OPFORGE_JIT_SPECIALIZE=0     CPU JIT: one module with every entry and dtype, compiled at load,
-//                                instead of a module per (entry, dtype) compiled at its first call
+//                                instead of a module per (entry, dtype[, variant]) compiled at its
+//                                first call (variant: the values of the params the manifest marks
+//                                jit_variant for that entry)
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
 #include "common/sha256.h"
@@ -123,13 +125,31 @@ bool tuning_overridden(const OpInfo& op) {
   return o;
 }
 
-// One (entry, storage dtype) pair's source: the op's, with the macros of cpu/storage.h.
+// One (entry, storage dtype, variant) specialization's source: the op's, with the macros of
+// cpu/storage.h.
 detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry,
-                              const std::string& dtype) {
+                              const std::string& dtype, const std::string& variant) {
   detail::JitSource src = jit_source(op, backend);
   src.defines.push_back("OPF_JIT_ENTRY=\"" + entry + "\"");
   src.defines.push_back("OPF_JIT_STORAGE=OPF_" + upper(dtype));
+  if (!variant.empty()) src.defines.push_back("OPF_JIT_VARIANT=\"" + variant + "\"");
   return src;
+}
+
+// The variant a call to `entry` needs, from its param values. A call whose params do not match the
+// manifest's count gets the defaults' variant, whose module then rejects it with the op's own
+// one-line reason.
+std::string call_variant(const OpInfo& op, const std::string& entry, const opf_call* c) {
+  const bool given = c && c->params && c->nparams >= 0 && size_t(c->nparams) == op.params.size();
+  std::string v;
+  for (size_t i = 0; i < op.params.size(); ++i) {
+    const ParamInfo& p = op.params[i];
+    if (!p.splits_jit(entry)) continue;
+    double x = p.def;
+    if (given) x = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
+    v += (v.empty() ? "" : ",") + p.name + "=" + std::to_string(p.jit_variant_of(x));
+  }
+  return v;
 }
 
 // CPU JIT modules are compiled per (entry, storage dtype) unless OPFORGE_JIT_SPECIALIZE=0.
@@ -296,15 +316,15 @@ struct Loader::Impl {
     jit::remove_tree(failed);  // an older failure for this key is no longer news
   }
 
-  // ---- CPU JIT specializations (cpu/storage.h): a module per (entry, storage dtype), compiled at
-  // that pair's first call. load() hands out `info`, whose run/supports route each call.
+  // ---- CPU JIT specializations (cpu/storage.h): a module per (entry, storage dtype, variant),
+  // compiled at its first call. load() hands out `info`, whose run/supports route each call.
   struct Specialized {
     opf_module_info info{};
     Impl* impl = nullptr;
     OpInfo op;
     detail::Backend* be = nullptr;
     std::string isa;                                        // the first module's
-    std::map<std::string, const opf_module_info*> modules;  // "entry dtype"; under impl->mu
+    std::map<std::string, const opf_module_info*> modules;  // "entry dtype[ variant]"; under impl->mu
   };
   std::map<std::string, std::unique_ptr<Specialized>> specialized;  // "<op>/<backend>"; never erased
 
@@ -327,12 +347,13 @@ struct Loader::Impl {
     return m;
   }
 
-  // The module for one (entry, dtype) pair; compiles it when the cache has none.
-  const opf_module_info* specialization(Specialized& s, const std::string& entry, const std::string& dtype) {
+  // The module for one (entry, dtype, variant); compiles it when the cache has none.
+  const opf_module_info* specialization(Specialized& s, const std::string& entry, const std::string& dtype,
+                                        const std::string& variant) {
     std::lock_guard lock(mu);
-    const std::string key = entry + " " + dtype;
+    const std::string key = entry + " " + dtype + (variant.empty() ? "" : " " + variant);
     if (auto it = s.modules.find(key); it != s.modules.end()) return it->second;
-    const detail::JitSource src = pair_source(s.op, s.be->name(), entry, dtype);
+    const detail::JitSource src = pair_source(s.op, s.be->name(), entry, dtype, variant);
     const LoadedModule m = load_jit(s.op, *s.be, src, s.op.name + "/" + s.be->name() + " " + key);
     if (s.modules.empty() && m.info->isa) {
       s.isa = m.info->isa;
@@ -341,27 +362,33 @@ struct Loader::Impl {
     return s.modules[key] = m.info;
   }
 
-  // The op's (entry, dtype) pairs, compiled or found now; an empty filter matches all.
-  int prepare_specialized(Specialized& s, std::string_view entry, std::string_view dtype) {
+  // The op's (entry, dtype, variant) modules, compiled or found now; an empty filter matches all.
+  int prepare_specialized(Specialized& s, std::string_view entry, std::string_view dtype, std::string_view variant) {
     int compiled = 0, matched = 0;
     for (const EntryInfo& e : s.op.entries)
-      for (const std::string& t : s.op.dtypes) {
-        if ((!entry.empty() && e.name != entry) || (!dtype.empty() && t != dtype)) continue;
-        ++matched;
-        const int before = stats.compiles;
-        specialization(s, e.name, t);
-        compiled += stats.compiles - before;
-      }
+      for (const std::string& t : s.op.dtypes)
+        for (const std::string& v : s.op.jit_variants(e.name)) {
+          if ((!entry.empty() && e.name != entry) || (!dtype.empty() && t != dtype) ||
+              (!variant.empty() && v != variant))
+            continue;
+          ++matched;
+          const int before = stats.compiles;
+          specialization(s, e.name, t, v);
+          compiled += stats.compiles - before;
+        }
     if (matched == 0)
       throw Error("op '" + s.op.name + "' has no entry '" + std::string(entry) + "' with dtype '" + std::string(dtype) +
-                  "'");
+                  "'" + (variant.empty() ? "" : " and JIT variant '" + std::string(variant) + "'"));
     return compiled;
   }
 
-  // The pair a call needs: its entry, and T from its first storage-rule argument holding a tensor.
-  // An entry or dtype the op does not have goes to the op's first entry or dtype, whose module
-  // then rejects the call with the op's own one-line reason.
-  static std::pair<std::string, std::string> pair_of(const OpInfo& op, const opf_call* c) {
+  // The module a call needs: its entry, T from its first storage-rule argument holding a tensor,
+  // and the entry's variant. An entry or dtype the op does not have goes to the op's first entry or
+  // dtype, whose module then rejects the call with the op's own one-line reason.
+  struct Specialization {
+    std::string entry, dtype, variant;
+  };
+  static Specialization specialization_of(const OpInfo& op, const opf_call* c) {
     const EntryInfo* e = c && c->entry ? op.find_entry(c->entry) : nullptr;
     if (!e) e = &op.entries.front();
     std::string dtype = op.dtypes.front();
@@ -375,15 +402,15 @@ struct Loader::Impl {
       }
       break;
     }
-    return {e->name, dtype};
+    return {e->name, dtype, call_variant(op, e->name, c)};
   }
 
   static int route(const opf_module_info* self, const opf_call* c, char* err, size_t n, bool execute) {
     auto& s = *static_cast<Specialized*>(self->impl);
     const opf_module_info* m = nullptr;
     try {
-      const auto [entry, dtype] = pair_of(s.op, c);
-      m = s.impl->specialization(s, entry, dtype);
+      const Specialization w = specialization_of(s.op, c);
+      m = s.impl->specialization(s, w.entry, w.dtype, w.variant);
     } catch (const std::exception& e) {
       std::snprintf(err, n, "%s", e.what());
       return 1;
@@ -459,17 +486,18 @@ CacheState Loader::cache_state(const OpInfo& op, std::string_view backend) const
   if (!be) return cs;
   try {
     const std::string dir = cache_root() + "/" + op.name + "/" + std::string(backend) + "/";
-    if (specialized_jit(op, backend)) {  // key and dir: the first pair's; present: every pair's
+    if (specialized_jit(op, backend)) {  // key and dir: the first module's; present: every module's
       cs.present = true;
       for (const EntryInfo& e : op.entries)
-        for (const std::string& dtype : op.dtypes) {
-          const std::string key = detail::jit::compute_key(op, *be, pair_source(op, backend, e.name, dtype)).key;
-          const bool there = detail::jit::check_entry(dir + key, be->artefact_name()).valid;
-          if (cs.key.empty()) cs.key = key;
-          cs.present = cs.present && there;
-          ++cs.pairs;
-          cs.pairs_present += there;
-        }
+        for (const std::string& dtype : op.dtypes)
+          for (const std::string& v : op.jit_variants(e.name)) {
+            const std::string key = detail::jit::compute_key(op, *be, pair_source(op, backend, e.name, dtype, v)).key;
+            const bool there = detail::jit::check_entry(dir + key, be->artefact_name()).valid;
+            if (cs.key.empty()) cs.key = key;
+            cs.present = cs.present && there;
+            ++cs.pairs;
+            cs.pairs_present += there;
+          }
       cs.dir = dir + cs.key;
       return cs;
     }
@@ -483,10 +511,11 @@ CacheState Loader::cache_state(const OpInfo& op, std::string_view backend) const
   return cs;
 }
 
-int Loader::prepare(const OpInfo& op, std::string_view backend, std::string_view entry, std::string_view dtype) {
+int Loader::prepare(const OpInfo& op, std::string_view backend, std::string_view entry, std::string_view dtype,
+                    std::string_view variant) {
   const LoadedModule& m = load(op, backend);
   if (m.source != ModuleSource::jit_specialized) return 0;
-  return impl_->prepare_specialized(*static_cast<Impl::Specialized*>(m.info->impl), entry, dtype);
+  return impl_->prepare_specialized(*static_cast<Impl::Specialized*>(m.info->impl), entry, dtype, variant);
 }
 
 LoaderStats Loader::stats() const {

@@ -64,6 +64,28 @@ std::string ParamInfo::check(double v) const {
   return "";
 }
 
+bool ParamInfo::splits_jit(std::string_view entry) const {
+  return std::find(jit_variant.begin(), jit_variant.end(), entry) != jit_variant.end();
+}
+
+int64_t ParamInfo::jit_variant_of(double v) const {
+  if (type == ParamType::enumeration) return v >= 0 && v < double(choices.size()) ? int64_t(v) : 0;
+  return v != 0 ? 1 : 0;  // bool; f64/i64: zero or not (a NaN is not zero)
+}
+
+std::vector<std::string> OpInfo::jit_variants(std::string_view entry) const {
+  std::vector<std::string> out{""};
+  for (const ParamInfo& p : params) {
+    if (!p.splits_jit(entry)) continue;
+    std::vector<std::string> next;
+    for (const std::string& v : out)
+      for (int k = 0; k < p.jit_variant_count(); ++k)
+        next.push_back(v + (v.empty() ? "" : ",") + p.name + "=" + std::to_string(k));
+    out = std::move(next);
+  }
+  return out;
+}
+
 double Params::get(std::string_view name) const {
   for (const auto& [k, v] : values)
     if (k == name) return v;

@@ -2,10 +2,10 @@
 // file measured in the same run, interleaved, so both see the same machine load. The goal: a cold
 // JIT of each op within 0.5 s, or within 2x the plain compile. Printed, not asserted: on a shared
 // machine the load of the moment moves these numbers by more than the margin.
-// A CPU JIT module is compiled per (entry, storage dtype) at that pair's first call (core/loader.cpp):
-// what a first call waits for is one pair's compile, timed cold for every pair (the op's number is
-// its slowest pair). The whole module (OPFORGE_JIT_SPECIALIZE=0: every pair in one compile) is
-// timed once beside it.
+// A CPU JIT module is compiled per (entry, storage dtype[, variant]) at its first call
+// (core/loader.cpp): what a first call waits for is one such module's compile, timed cold for every
+// one (the op's number is its slowest). The whole module (OPFORGE_JIT_SPECIALIZE=0: everything in
+// one compile) is timed once beside it.
 //   OPFORGE_JIT_TIME_REPS=n       cold compiles per pair (default 1: 30 compiles for 5 ops already)
 //   OPFORGE_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
 #include <sys/resource.h>
@@ -158,7 +158,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   ::unsetenv("OPFORGE_JIT_PCH");
 
   Sample base;
-  std::map<std::string, Sample> pair_time;  // "op entry dtype"
+  std::map<std::string, Sample> pair_time;  // "op entry dtype[ variant]"
   std::map<std::string, Sample> whole, whole_nopch;
   std::map<std::string, bool> used_pch;
   double load_lo = 1e9, load_hi = 0;
@@ -168,15 +168,19 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     ::setenv("OPFORGE_CACHE_DIR", (tmp / ("cache-" + std::to_string(tag++))).c_str(), 1);
     L.forget();
   };
-  // one pair, cold: what the first call of (entry, dtype) waits for
-  auto cold_pair = [&](const OpInfo& op, const std::string& entry, const std::string& dtype) {
+  auto key_of = [](const OpInfo& op, const std::string& entry, const std::string& dtype, const std::string& variant) {
+    return op.name + " " + entry + " " + dtype + (variant.empty() ? "" : " " + variant);
+  };
+  // one module, cold: what the first call of (entry, dtype, variant) waits for
+  auto cold_pair = [&](const OpInfo& op, const std::string& entry, const std::string& dtype,
+                       const std::string& variant) {
     fresh_cache();
     ::unsetenv("OPFORGE_JIT_SPECIALIZE");
     EXPECT_EQ(L.load(op, "cpu").source, ModuleSource::jit_specialized) << op.name;
     const double c0 = children_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_EQ(L.prepare(op, "cpu", entry, dtype), 1) << op.name << " " << entry << " " << dtype;
-    Sample& s = pair_time[op.name + " " + entry + " " + dtype];
+    EXPECT_EQ(L.prepare(op, "cpu", entry, dtype, variant), 1) << key_of(op, entry, dtype, variant);
+    Sample& s = pair_time[key_of(op, entry, dtype, variant)];
     s.wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     s.cpu.push_back(children_cpu_seconds() - c0);
   };
@@ -201,7 +205,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     base.cpu.push_back(cpu);
     for (const OpInfo* op : ops)
       for (const EntryInfo& e : op->entries)
-        for (const std::string& dtype : op->dtypes) cold_pair(*op, e.name, dtype);
+        for (const std::string& dtype : op->dtypes)
+          for (const std::string& v : op->jit_variants(e.name)) cold_pair(*op, e.name, dtype, v);
   }
   for (const OpInfo* op : ops) {
     const LoadedModule m = cold_whole(*op, &whole[op->name]);
@@ -216,7 +221,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   L.forget();
   fs::remove_all(tmp);
 
-  std::printf("JIT compile time (median of %d cold compile(s) per pair; min), load average %.2f..%.2f on %ld CPUs:\n",
+  std::printf("JIT compile time (median of %d cold compile(s) per module; min), load average %.2f..%.2f on %ld CPUs:\n",
               reps, load_lo, load_hi, ::sysconf(_SC_NPROCESSORS_ONLN));
   const double y = base.median_wall();
   std::printf("  plain c++ -O2 -shared -fPIC of 50 lines: %.3f s (min %.3f s; CPU %.3f s)\n", y, base.min_wall(),
@@ -225,14 +230,15 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     double worst = 0;
     std::string worst_pair;
     for (const EntryInfo& e : op->entries)
-      for (const std::string& dtype : op->dtypes) {
-        const std::string key = op->name + " " + e.name + " " + dtype;
-        const Sample& s = pair_time[key];
-        std::printf("  %-40s %.3f s (min %.3f s; CPU %.3f s)\n", key.c_str(), s.median_wall(), s.min_wall(),
-                    s.median_cpu());
-        if (s.median_wall() > worst) worst = s.median_wall(), worst_pair = e.name + " " + dtype;
-      }
-    std::printf("cold JIT %s (first call; slowest pair, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
+      for (const std::string& dtype : op->dtypes)
+        for (const std::string& v : op->jit_variants(e.name)) {
+          const std::string key = key_of(*op, e.name, dtype, v);
+          const Sample& s = pair_time[key];
+          std::printf("  %-40s %.3f s (min %.3f s; CPU %.3f s)\n", key.c_str(), s.median_wall(), s.min_wall(),
+                      s.median_cpu());
+          if (s.median_wall() > worst) worst = s.median_wall(), worst_pair = key.substr(op->name.size() + 1);
+        }
+    std::printf("cold JIT %s (first call; slowest module, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
                 op->name.c_str(), worst_pair.c_str(), worst, y, worst / y);
     const Sample& w = whole[op->name];
     std::printf("  whole module (every pair in one compile, %s): %.3f s (CPU %.3f s)\n",

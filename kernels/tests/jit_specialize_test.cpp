@@ -1,12 +1,14 @@
 // CPU JIT specializations (core/loader.cpp, cpu/storage.h): load() compiles nothing; each
 // (entry, storage dtype) pair is compiled at its first call, once, and computes exactly what the
 // whole module computes. A pair's module refuses other pairs rather than returning untouched outputs.
-// On layer_norm (two entries, three dtypes), JIT forced, in a fresh cache.
+// On layer_norm (two entries, three dtypes), JIT forced, in a fresh cache; variants (a module per
+// value of a param the manifest marks jit_variant) on transducer_joint's relu (cpu/variant.h).
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -103,9 +105,10 @@ class JitSpecialize : public ::testing::Test {
   fs::path tmp;
   const OpInfo* op = nullptr;
 
+  virtual const char* op_name() const { return "layer_norm"; }
   void SetUp() override {
-    op = find_op("layer_norm");
-    if (!op || !op->has_backend("cpu")) GTEST_SKIP() << "layer_norm's cpu backend is not built";
+    op = find_op(op_name());
+    if (!op || !op->has_backend("cpu")) GTEST_SKIP() << op_name() << "'s cpu backend is not built";
     char tmpl[] = "/tmp/opforge-jit-specialize-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     tmp = tmpl;
@@ -122,7 +125,7 @@ class JitSpecialize : public ::testing::Test {
   int compiles() const { return Loader::instance().stats().compiles; }
   std::vector<fs::path> modules() const {
     std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(tmp / "cache" / "layer_norm" / "cpu"))
+    for (const auto& e : fs::directory_iterator(tmp / "cache" / op_name() / "cpu"))
       if (fs::exists(e.path() / "module.so")) out.push_back(e.path() / "module.so");
     return out;
   }
@@ -216,6 +219,90 @@ TEST_F(JitSpecialize, APairsModuleRefusesAnotherDtypeInsteadOfLeavingOutputsUnto
   });
   EXPECT_NE(backward.find("entry 'backward' has no f32 kernels in this module"), std::string::npos) << backward;
   for (float v : f32.y32) EXPECT_TRUE(std::isfinite(v)) << "its own pair still computes";
+}
+
+// A param the manifest marks jit_variant for an entry splits that entry's modules by its value:
+// transducer_joint's relu (and dropout_prob, zero here) for forward. One module per value, each
+// compiled at its first call; the relu variant computes exactly max(h, 0) of the other's h; a
+// variant's module refuses the other value with one line instead of computing it without (or
+// with) the relu.
+class JitVariant : public JitSpecialize {
+ protected:
+  const char* op_name() const override { return "transducer_joint"; }
+  // h = f + g of forward (every length full: no don't-care region), with or without relu
+  std::vector<float> forward(const opf_module_info* m, bool relu) const {
+    const int64_t nb = 2, nt = 3, nu = 5, nh = 37;  // a tail after the vectors
+    std::mt19937_64 rng(4242);
+    std::printf("seed 4242\n");
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> f(size_t(nb * nt * nh)), g(size_t(nb * nu * nh));
+    for (auto* v : {&f, &g})
+      for (float& e : *v) e = u(rng);
+    const size_t batches = size_t(nb);
+    const int32_t full_t = int32_t(nt), full_u = int32_t(nu);
+    std::vector<int32_t> f_len(batches, full_t), g_len(batches, full_u);
+    std::vector<int64_t> offset(batches);
+    for (size_t b = 0; b < batches; ++b) offset[b] = int64_t(b + 1) * nt * nu;
+    uint8_t no_mask = 0;
+    std::vector<float> h(size_t(nb * nt * nu * nh), NAN);  // poisoned
+    CallBuilder c(*op, "forward");
+    c.add("f", f.data(), DType::f32, {nb, nt, nh}).add("g", g.data(), DType::f32, {nb, nu, nh});
+    c.add("f_len", f_len.data(), DType::i32, {nb}).add("g_len", g_len.data(), DType::i32, {nb});
+    c.add("batch_offset", offset.data(), DType::i64, {nb}).add("mask", &no_mask, DType::u8, {0});
+    c.add("h", h.data(), DType::f32, {nb, nt, nu, nh});
+    c.param("relu", relu ? 1 : 0);
+    c.run(m);
+    return h;
+  }
+};
+
+TEST_F(JitVariant, EachValueCompilesItsOwnModuleAtItsFirstCall) {
+  auto& L = Loader::instance();
+  const opf_module_info* m = L.load(*op, "cpu").info;
+  const int c0 = compiles();
+  const std::vector<float> plain = forward(m, false);
+  EXPECT_EQ(compiles(), c0 + 1);
+  const std::vector<float> relu = forward(m, true);
+  EXPECT_EQ(compiles(), c0 + 2) << "relu = true did not get a module of its own";
+  EXPECT_EQ(forward(m, false), plain);
+  EXPECT_EQ(compiles(), c0 + 2) << "a variant compiled again";
+  EXPECT_EQ(modules().size(), 2u);
+  size_t negative = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(plain[i])) << i;
+    const float want = plain[i] > 0.0f ? plain[i] : 0.0f;
+    ASSERT_EQ(std::memcmp(&relu[i], &want, sizeof want), 0) << "element " << i << ": " << relu[i] << " vs " << want;
+    negative += plain[i] < 0.0f;
+  }
+  EXPECT_GT(negative, 0u) << "the draw has no negative h: the relu was not exercised";
+  // forward and backward: relu x dropout_prob; dropout_mask: one
+  const CacheState cs = L.cache_state(*op, "cpu");
+  EXPECT_EQ(cs.pairs, int(op->dtypes.size()) * (4 + 4 + 1));
+}
+
+TEST_F(JitVariant, AVariantsModuleRefusesTheOtherValue) {
+  auto& L = Loader::instance();
+  EXPECT_EQ(L.prepare(*op, "cpu", "forward", "f32", "relu=0,dropout_prob=0"), 1);
+  EXPECT_EQ(L.prepare(*op, "cpu", "forward", "f32", "relu=1,dropout_prob=0"), 1);
+  EXPECT_NE(error_of([&] { L.prepare(*op, "cpu", "forward", "f32", "relu=2"); }).find("JIT variant 'relu=2'"),
+            std::string::npos);
+  std::vector<std::string> whys;
+  for (const fs::path& so : modules()) {
+    void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << ::dlerror();
+    auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
+    ASSERT_NE(fn, nullptr);
+    const opf_module_info* variant = fn();
+    const std::string as_plain = error_of([&] { forward(variant, false); });
+    const std::string as_relu = error_of([&] { forward(variant, true); });
+    EXPECT_TRUE(as_plain.empty() != as_relu.empty())
+        << "a variant ran both values or neither: '" << as_plain << "' / '" << as_relu << "'";
+    whys.push_back(as_plain + as_relu);
+  }
+  ASSERT_EQ(whys.size(), 2u);
+  std::sort(whys.begin(), whys.end());
+  EXPECT_NE(whys[0].find("this JIT module is the variant relu=0, called with relu=1"), std::string::npos) << whys[0];
+  EXPECT_NE(whys[1].find("this JIT module is the variant relu=1, called with relu=0"), std::string::npos) << whys[1];
 }
 
 }  // namespace

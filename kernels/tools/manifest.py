@@ -16,7 +16,7 @@ FLOAT_DTYPES = {"f32", "f16", "bf16", "f64"}
 FIXED_DTYPES = FLOAT_DTYPES | {"u8", "i32", "i64"}
 ROLES = {"in", "out", "inout"}
 PARAM_TYPES = {"f64", "i64", "bool", "enum"}
-PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc"}
+PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc", "jit_variant"}
 REQUIRED = ["summary", "entries", "dtypes", "backends", "cases"]
 NAME = r"[a-z][a-z0-9_]*"
 # "NAME: ROLE [list] DTYPE [SHAPE] [view]"; SHAPE may list alternative layouts: "[B, T, U, H] | [rows, H]"
@@ -70,7 +70,7 @@ def is_num(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_params(path, text, name, where, params):
+def check_params(path, text, name, where, params, entries):
     if not isinstance(params, dict):
         fail(path, where, f"op '{name}': params must be a table of {{ type = ..., default = ... }}")
     for pname, p in params.items():
@@ -121,6 +121,12 @@ def check_params(path, text, name, where, params):
                     fail(path, at, f"op '{name}': param '{pname}': sweep value {v} is outside its range")
         if t in ("bool", "enum") and "sweep" in p:
             fail(path, at, f"op '{name}': param '{pname}': sweep is for f64/i64 params (the sweep already runs every {t} value)")
+        jv = p.get("jit_variant", [])
+        if not isinstance(jv, list) or not all(isinstance(e, str) for e in jv) or len(set(jv)) != len(jv):
+            fail(path, at, f"op '{name}': param '{pname}': jit_variant must be a list of distinct entry names")
+        for e in jv:
+            if e not in entries:
+                fail(path, at, f"op '{name}': param '{pname}': jit_variant names '{e}', which is not one of its entries")
 
 
 def validate(path, text, ops, options_file=None, ops_dir=None):
@@ -159,7 +165,8 @@ def validate(path, text, ops, options_file=None, ops_dir=None):
                 if p["name"] in seen:
                     fail(path, at, f"op '{name}': entry '{ename}': argument '{p['name']}' listed twice")
                 seen.add(p["name"])
-        check_params(path, text, name, line_of(text, r"^\s*\[op\." + re.escape(name) + r"\.params\]", where), op.get("params", {}))
+        check_params(path, text, name, line_of(text, r"^\s*\[op\." + re.escape(name) + r"\.params\]", where), op.get("params", {}),
+                     set(entries))
         for key in ("cases", "bench"):
             for shape in op.get(key, []):
                 if not shape or not all(isinstance(v, int) and v > 0 for v in shape):
@@ -249,7 +256,7 @@ def c_param(pname, p):
     return (f"ParamInfo{{{c_str(pname)}, {ptype}, {c_double(d)}, {c_double(lo)}, {c_double(hi)}, "
             f"{'true' if lo_open else 'false'}, {'true' if hi_open else 'false'}, {c_double(s_lo)}, {c_double(s_hi)}, "
             f"{c_list(p.get('choices', []))}, {c_str(p.get('doc', ''))}, "
-            f"{{{', '.join(c_double(v) for v in p.get('sweep', []))}}}}}")
+            f"{{{', '.join(c_double(v) for v in p.get('sweep', []))}}}, {c_list(p.get('jit_variant', []))}}}")
 
 
 def cmd_header(path, out, specs):

@@ -10,8 +10,11 @@
 # both sides compile) times every op's f32 benchmarks above 1 thread, identical modules included:
 # that code runs outside the modules (8e47965's pool change left every module the same bytes, so
 # --skip-identical timed nothing), the pool works only above 1 thread, and the call path runs
-# there too (same CI time as the 1-thread set). A change of several kinds times the union of
-# their selections. A change that touches no kernel code is skipped, with its reason.
+# there too (same CI time as the 1-thread set). Code of kernels/core and kernels/include that runs
+# only before the first call (the loader, the op registry, the JIT's compile and cache, build
+# facts, the GPU backends) is not timed: the prebuilt CPU benchmarks `ab` times never run it per
+# call. A change of several kinds times the union of their selections. A change that touches no
+# kernel code is skipped, with its reason.
 # Exit: 0 pass or skipped, 1 a confirmed regression, 2 bad input or a failed build.
 # Usage: tools/ci/ab_changed.sh OUT_DIR [more `opforge ab` arguments]
 set -euo pipefail
@@ -32,13 +35,18 @@ if [[ -z $base ]]; then
 fi
 
 mapfile -t changed < <(git diff --name-only "$base" HEAD --)
-ops=() shared=() host=()
+ops=() shared=() host=() load=()
 for f in "${changed[@]}"; do
   case $f in
     kernels/ops/*/test.cpp | kernels/ops/*/peer_*.cpp | kernels/ops/*/*.md | kernels/ops/*/kernel.cu) ;;
     kernels/ops/*/*) op=${f#kernels/ops/}; op=${op%%/*}
                      [[ -d kernels/ops/$op && " ${ops[*]} " != *" $op "* ]] && ops+=("$op") ;;
     kernels/cpu/*) shared+=("$f") ;;
+    kernels/core/loader.cpp | kernels/core/registry.cpp | kernels/core/manifest_shapes.* | kernels/core/jit_cache.* | \
+    kernels/core/cpu_jit.* | kernels/core/cpu_backend.cpp | kernels/core/build_info.cpp | kernels/core/install_root.cpp | \
+    kernels/core/backend.h | kernels/core/gpu_* | kernels/core/cuda_* | kernels/core/hip_* | \
+    kernels/include/opforge/loader.h | kernels/include/opforge/manifest.h | kernels/include/opforge/build_info.h) \
+      load+=("$f") ;;
     kernels/include/* | kernels/core/*) host+=("$f") ;;
   esac
 done
@@ -55,8 +63,10 @@ if [[ ${#shared[@]} -gt 0 ]]; then
   why+=("shared kernel code changed (${shared[*]:0:3}${shared[3]:+ ...}): every op, f32 at 1 thread")
 fi
 [[ ${#ops[@]} -gt 0 ]] && why+=("ops touched since ${base:0:12}: ${ops[*]}")
+[[ ${#load[@]} -gt 0 ]] &&
+  echo "ab: not timed: load-time code changed (${load[*]:0:3}${load[3]:+ ...}): runs before the first call"
 if [[ ${#why[@]} -eq 0 ]]; then
-  echo "ab: skipped: ${base:0:12}..HEAD touches no kernel code (${#changed[@]} file(s) changed)"
+  echo "ab: skipped: ${base:0:12}..HEAD touches no kernel code that runs per call (${#changed[@]} file(s) changed)"
   exit 0
 fi
 printf 'ab: %s\n' "${why[@]}"

@@ -35,8 +35,9 @@ class Device {
   virtual size_t cache_bytes() const = 0;
 };
 
-// jit_specialized: a CPU JIT module whose (entry, storage dtype) pairs are compiled, or found in
-// the cache, at each pair's first call (run or supports); load() itself compiles nothing.
+// jit_specialized: a CPU JIT module whose (entry, storage dtype[, variant]) modules are compiled,
+// or found in the cache, at each one's first call (run or supports); load() itself compiles
+// nothing. The variant: the values of the params the manifest marks jit_variant for the entry.
 enum class ModuleSource { prebuilt, jit_cache, jit_compiled, jit_specialized };
 std::string_view module_source_name(ModuleSource s);
 
@@ -66,8 +67,8 @@ struct CacheState {
   std::string key;       // key this build would use ("" if not computable)
   bool present = false;  // published entry for that key exists
   std::string dir;       // <cache>/<op>/<backend>/<key>
-  // A CPU JIT compiled per (entry, dtype): key and dir are the first pair's, present means every
-  // pair's entry exists; pairs / pairs_present count them (0 for a whole-module JIT).
+  // A CPU JIT compiled per (entry, dtype[, variant]): key and dir are the first module's, present
+  // means every one's entry exists; pairs / pairs_present count them (0 for a whole-module JIT).
   int pairs = 0, pairs_present = 0;
 };
 
@@ -80,10 +81,12 @@ class Loader {
   Availability availability(std::string_view backend) const;
   Device& device(std::string_view backend);  // throws when not available
   CacheState cache_state(const OpInfo& op, std::string_view backend) const;
-  // load(), then for a jit_specialized module its (entry, dtype) pairs now (compiled or from the
-  // cache): all of them, or those of `entry` / `dtype` when given. Returns how many were compiled;
+  // load(), then for a jit_specialized module its (entry, dtype[, variant]) modules now (compiled
+  // or from the cache): all of them, or those of `entry` / `dtype` / `variant` (one of
+  // OpInfo::jit_variants) when given. Returns how many were compiled;
   // 0 for other modules. Throws opf::Error like load(), or when nothing matches the filter.
-  int prepare(const OpInfo& op, std::string_view backend, std::string_view entry = {}, std::string_view dtype = {});
+  int prepare(const OpInfo& op, std::string_view backend, std::string_view entry = {}, std::string_view dtype = {},
+              std::string_view variant = {});
   LoaderStats stats() const;
 
   // Drops loaded modules from this process's table (tests: force a fresh lookup).

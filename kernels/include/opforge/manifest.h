@@ -33,6 +33,13 @@ struct ParamInfo {
   std::vector<std::string> choices;         // enum
   std::string doc;
   std::vector<double> sweep;  // f64/i64: values the sweep also runs, each alone (manifest `sweep`)
+  // Entries whose CPU JIT modules are split by this param (manifest `jit_variant`): one module per
+  // variant value, compiled at the first call that needs it (cpu/variant.h run_flag).
+  std::vector<std::string> jit_variant;
+  bool splits_jit(std::string_view entry) const;
+  // The variant values: bool 0/1, enum the choice index, f64/i64 0 (zero) or 1 (nonzero).
+  int jit_variant_count() const { return type == ParamType::enumeration ? int(choices.size()) : 2; }
+  int64_t jit_variant_of(double v) const;
   // "" when v is a valid value of this param, else why not (one phrase).
   std::string check(double v) const;
   std::string format(double v) const;  // "1e-05", "7", "true", "sum"
@@ -160,6 +167,9 @@ struct OpInfo {
   const ParamInfo* find_param(std::string_view name) const;
   const std::vector<std::string>& deps_of(std::string_view backend) const;
   Params default_params() const;
+  // The variants of an entry's CPU JIT modules: every combination of the values of the params
+  // whose jit_variant names it, each "name=v,name=v" in manifest order; {""} when none does.
+  std::vector<std::string> jit_variants(std::string_view entry) const;
 };
 
 // The op's CaseDesc for one call (manifest placeholders + ref.cpp's describe); throws opf::Error

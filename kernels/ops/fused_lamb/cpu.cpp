@@ -38,6 +38,7 @@
 #include "cpu/args.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
+#include "cpu/variant.h"
 #include "opforge/module.h"
 
 namespace opf::fused_lamb_cpu {
@@ -219,11 +220,11 @@ void RunNorm(Step& a) {
 void RunStage1(Step& a, float rclip) {
   opf::cpu::run_storage<"step">(a.dtype, [&](auto s) {
     using S = decltype(s);
-    if (a.adamw) {
-      a.trust ? Stage1T<true, false, S>(a, rclip) : Stage1T<true, true, S>(a, rclip);
-    } else {
-      a.trust ? Stage1T<false, false, S>(a, rclip) : Stage1T<false, true, S>(a, rclip);
-    }
+    // a JIT module compiles two of the four (manifest jit_variant: adam_w_mode)
+    opf::cpu::run_flag<"adam_w_mode">(a.adamw, [&](auto w) {
+      constexpr bool kAdamW = decltype(w)::value;
+      a.trust ? Stage1T<kAdamW, false, S>(a, rclip) : Stage1T<kAdamW, true, S>(a, rclip);
+    });
   });
 }
 void RunStage2(Step& a) {

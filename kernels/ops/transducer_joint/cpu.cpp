@@ -42,6 +42,7 @@
 #include "cpu/parallel.h"
 #include "cpu/scratch.h"
 #include "cpu/storage.h"
+#include "cpu/variant.h"
 #include "opforge/module.h"
 
 namespace opf::transducer_joint_cpu {
@@ -165,22 +166,15 @@ void ForwardRows(const Forward& a, int64_t r0, int64_t r1, bool stream) {
   if (stream) hwy::FlushStream();  // every thread orders its own streaming stores
 }
 
-template <class S>
+template <class S, bool kRelu, bool kDrop>
 void ForwardT(const Forward& a) {
   const Layout& l = a.l;
   const int64_t rows = l.nb * l.nt;
   const int64_t chunk = opf::cpu::rows_per_task(rows, double(l.nu + 1) * double(l.nh) * sizeof(S));
   const int64_t out_rows = l.packed ? (l.nb ? l.offset[l.nb - 1] : 0) : rows * l.nu;
   const bool stream = double(out_rows) * double(l.nh) * sizeof(S) >= double(OPF_TUNE_STREAM_MIN_BYTES);
-  opf::cpu::parallel_rows(a.host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    if (a.mask) {
-      if (a.relu) ForwardRows<true, true, S>(a, r0, r1, stream);
-      else ForwardRows<false, true, S>(a, r0, r1, stream);
-    } else {
-      if (a.relu) ForwardRows<true, false, S>(a, r0, r1, stream);
-      else ForwardRows<false, false, S>(a, r0, r1, stream);
-    }
-  });
+  opf::cpu::parallel_rows(a.host, rows, chunk,
+                          [&](int64_t r0, int64_t r1) { ForwardRows<kRelu, kDrop, S>(a, r0, r1, stream); });
 }
 
 // Columns of one backward task: grad_g's U sums of this width stay within ~256 KiB of f32 (L2), a
@@ -258,29 +252,34 @@ void BackwardTask(const Backward& a, int64_t b, int64_t c0, size_t w) {
   for (int64_t u = lg; u < l.nu; ++u) FillRow(dg + u * nh, w, 0.0f);
 }
 
-template <class S>
+template <class S, bool kRelu, bool kDrop>
 void BackwardT(const Backward& a) {
   const Layout& l = a.l;
   if (l.nh == 0) return;
   const int64_t cb = column_block(l.nu, l.nh), blocks = (l.nh + cb - 1) / cb;
   opf::cpu::parallel_for(a.host, l.nb * blocks, [&](int64_t task) {
     const int64_t b = task / blocks, c0 = (task % blocks) * cb;
-    const size_t w = size_t(std::min(cb, l.nh - c0));
-    if (a.mask) {
-      if (a.relu) BackwardTask<true, true, S>(a, b, c0, w);
-      else BackwardTask<false, true, S>(a, b, c0, w);
-    } else {
-      if (a.relu) BackwardTask<true, false, S>(a, b, c0, w);
-      else BackwardTask<false, false, S>(a, b, c0, w);
-    }
+    BackwardTask<kRelu, kDrop, S>(a, b, c0, size_t(std::min(cb, l.nh - c0)));
   });
 }
 
+// Four kernels per entry and dtype (relu x dropout), of which a call runs one: a JIT module
+// compiles that one (manifest jit_variant; cpu/storage.h run_flag).
+template <class F>
+void RunVariant(bool relu, bool drop, F&& f) {
+  opf::cpu::run_flag<"relu">(relu, [&](auto r) { opf::cpu::run_flag<"dropout_prob">(drop, [&](auto d) { f(r, d); }); });
+}
 void RunForward(const Forward& a) {
-  opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) { ForwardT<decltype(s)>(a); });
+  opf::cpu::run_storage<"forward">(a.dtype, [&](auto s) {
+    RunVariant(a.relu, a.mask != nullptr,
+               [&](auto r, auto d) { ForwardT<decltype(s), decltype(r)::value, decltype(d)::value>(a); });
+  });
 }
 void RunBackward(const Backward& a) {
-  opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) { BackwardT<decltype(s)>(a); });
+  opf::cpu::run_storage<"backward">(a.dtype, [&](auto s) {
+    RunVariant(a.relu, a.mask != nullptr,
+               [&](auto r, auto d) { BackwardT<decltype(s), decltype(r)::value, decltype(d)::value>(a); });
+  });
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 

@@ -1,0 +1,64 @@
+// JIT variants for CPU op modules. A param whose manifest `jit_variant` names an entry splits that
+// entry's JIT modules further than (entry, storage dtype) (cpu/storage.h), by the param's value:
+// bool 0/1, enum the choice index, f64/i64 0 for zero and 1 otherwise. The loader builds each with
+// -DOPF_JIT_VARIANT="name=v,name=v". A kernel templated on such a value is instantiated through
+// run_flag<"name">, which compiles only this module's value (every value without the macro:
+// prebuilt modules, peers). transducer_joint's forward, for one, is four kernels (relu x dropout),
+// of which a call runs one: its cold JIT of forward bf16 took 1.42 s with all four, 0.83-0.87 s
+// with one (GCC 12 -O3).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string_view>
+#include <type_traits>
+
+#include "cpu/storage.h"
+#include "opforge/module.h"
+
+namespace opf::cpu {
+
+// The value of param Name this module is compiled for; -1: every value.
+template <EntryName Name>
+constexpr int64_t jit_variant() {
+#ifdef OPF_JIT_VARIANT
+  constexpr std::string_view all(OPF_JIT_VARIANT);
+  constexpr std::string_view name = Name.view();
+  for (size_t i = 0; i <= all.size();) {
+    size_t end = all.find(',', i);
+    if (end == std::string_view::npos) end = all.size();
+    const std::string_view item = all.substr(i, end - i);
+    if (item.size() > name.size() && item.substr(0, name.size()) == name && item[name.size()] == '=') {
+      int64_t v = 0;
+      for (const char ch : item.substr(name.size() + 1)) v = v * 10 + (ch - '0');
+      return v;
+    }
+    i = end + 1;
+  }
+#endif
+  return -1;
+}
+
+[[noreturn, gnu::noinline, gnu::cold]] inline void run_variant_missing(const char* name, int64_t compiled,
+                                                                       int64_t called) {
+  char msg[200];
+  std::snprintf(msg, sizeof msg, "this JIT module is the variant %s=%lld, called with %s=%lld", name,
+                (long long)compiled, name, (long long)called);
+  module::fail("%s", msg);
+}
+
+// Calls f(std::true_type{}) or f(std::false_type{}) as `value` is, for a bool param Name (or the
+// zero / nonzero variant of a numeric one). A value this JIT variant has no kernels for fails the
+// call with one line. Call it outside the thread pool's tasks (they must not throw).
+template <EntryName Name, class F>
+void run_flag(bool value, F&& f) {
+  constexpr int64_t only = jit_variant<Name>();
+  if (value) {
+    if constexpr (only != 0) return f(std::true_type{});
+  } else {
+    if constexpr (only != 1) return f(std::false_type{});
+  }
+  if constexpr (only != -1) run_variant_missing(Name.view().data(), only, value ? 1 : 0);
+}
+
+}  // namespace opf::cpu
