@@ -69,6 +69,10 @@ int print_table() {
   std::string cmd;
   for (const auto& a : cxx.command) cmd += (cmd.empty() ? "" : " ") + a;
   std::printf("%-22s %s %s [%s]\n", "C++ compiler", cxx.id.c_str(), cxx.version.c_str(), cmd.c_str());
+  const auto& jit = build::cpu_jit_toolchain();
+  cmd.clear();
+  for (const auto& a : jit.command) cmd += (cmd.empty() ? "" : " ") + a;
+  std::printf("%-22s %s %s [%s]\n", "CPU JIT compiler", jit.id.c_str(), jit.version.c_str(), cmd.c_str());
   for (const auto& b : backends_of_interest()) {
     if (!build::backend_enabled(b)) {
       std::printf("%-22s %s\n", (b + " backend").c_str(), "not built");
@@ -130,6 +134,11 @@ int print_json() {
   o += "    \"cpp\": {\"id\": " + json::quoted(cxx.id) + ", \"version\": " + json::quoted(cxx.version) +
        ", \"command\": [";
   for (size_t i = 0; i < cxx.command.size(); ++i) o += (i ? ", " : "") + json::quoted(cxx.command[i]);
+  o += "]},\n";
+  const auto& jit = build::cpu_jit_toolchain();
+  o += "    \"cpu_jit\": {\"id\": " + json::quoted(jit.id) + ", \"version\": " + json::quoted(jit.version) +
+       ", \"command\": [";
+  for (size_t i = 0; i < jit.command.size(); ++i) o += (i ? ", " : "") + json::quoted(jit.command[i]);
   o += "]}";
   for (const auto& b : backends_of_interest()) {
     o += ",\n    " + json::quoted(b) + ": {\"built\": " + (build::backend_enabled(b) ? "true" : "false") +

@@ -66,6 +66,10 @@ const Toolchain& cpp_toolchain() {
   static const Toolchain t{"cpp", split_units(OPF_CXX_COMMAND), OPF_CXX_ID, OPF_CXX_VERSION};
   return t;
 }
+const Toolchain& cpu_jit_toolchain() {
+  static const Toolchain t{"cpu-jit", split_units(OPF_JIT_CXX_COMMAND), OPF_JIT_CXX_ID, OPF_JIT_CXX_VERSION};
+  return t;
+}
 
 const std::vector<std::string>& cuda_arch() {
   static const auto v = split_units(OPF_CUDA_ARCH);

@@ -97,7 +97,7 @@ class CpuBackend final : public Backend {
   std::vector<std::string> jit_identity(const OpInfo& op, const JitSource& src) const override {
     const Command cmd = command_line(op, src, "<out>", /*fresh=*/false);
     std::vector<std::string> id = cmd.argv;
-    id.push_back("compiler=" + build::cpp_toolchain().id + " " + build::cpp_toolchain().version);
+    id.push_back("compiler=" + build::cpu_jit_toolchain().id + " " + build::cpu_jit_toolchain().version);
     // Meson's version is from configure time; the binary PATH finds now is what really runs
     // (Debian's c++ resolves to a versioned file, e.g. x86_64-linux-gnu-g++-12).
     id.push_back("compiler-binary=" + cpu_jit::resolve_program(cmd.argv.front()));
@@ -154,6 +154,7 @@ class CpuBackend final : public Backend {
                   "; see log " + log_path);
     // GCC falls back to the header's text when it rejects a .gch: a correct but slow compile.
     // -Winvalid-pch makes it say so; a rejected PCH means its flags drifted from the JIT's.
+    // (Clang rejects one with an error: the compile fails, its log says why.)
     if (cmd.pch.usable) {
       std::ifstream log(log_path);
       std::string line;

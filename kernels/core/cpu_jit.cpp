@@ -268,13 +268,13 @@ int run(const std::vector<std::string>& args) {
 }  // namespace
 
 std::vector<std::string> compiler() {
-  std::vector<std::string> cmd = build::cpp_toolchain().command;
+  std::vector<std::string> cmd = build::cpu_jit_toolchain().command;
   while (!cmd.empty()) {
     std::string base = cmd.front().substr(cmd.front().rfind('/') + 1);
     if (base != "ccache" && base != "sccache") break;
     cmd.erase(cmd.begin());
   }
-  if (cmd.empty()) cmd.push_back("c++");
+  if (cmd.empty()) cmd.push_back(build::cpu_jit_toolchain().id == "clang" ? "clang++" : "c++");
   return cmd;
 }
 
@@ -492,11 +492,19 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   write_file_atomically(out, text);
 
   const std::vector<std::string> base = base_command(true);
+  const bool clang = build::cpu_jit_toolchain().id == "clang";
   for (const auto& a : base)
     if (a.find('\n') != std::string::npos) throw Error("a JIT compiler argument contains a newline: " + a);
   const std::string gch_tmp = gch + ".tmp", dep_tmp = out + ".d.tmp";
   std::vector<std::string> argv = base;
   for (const char* a : {"-x", "c++-header"}) argv.push_back(a);
+  if (clang) {
+    // templates the header instantiates, compiled once here rather than in every module; no
+    // mtimes in the PCH: the manifest checks content (a touched, unchanged header stays usable)
+    for (const char* a : {"-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp",
+                          "-Wno-unused-command-line-argument"})  // -shared, -fPIC: the module's flags
+      argv.push_back(a);
+  }
   for (const auto& a : {out, std::string("-o"), gch_tmp, std::string("-MD"), std::string("-MF"), dep_tmp})
     argv.push_back(a);
   if (const int rc = run(argv); rc != 0) {
@@ -511,6 +519,7 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   if (::rename(gch_tmp.c_str(), gch.c_str()) != 0) throw Error("cannot write " + gch + ": " + std::strerror(errno));
 
   // Identity: what the PCH is a function of (never the .gch bytes: GCC's are not reproducible).
+  // The build flags clang adds above are implied by the compiler named in it.
   std::string m, id = std::string(kMagic) + "\n";
   m += std::string(kMagic) + "\n";
   for (const auto& a : base) {
@@ -519,7 +528,7 @@ void build_pch(const std::string& header_in, const std::string& header_out, cons
   }
   const std::string cc = resolve_program(base.front());
   m += "compiler-binary " + cc + "\n";
-  id += "compiler " + cc + " " + build::cpp_toolchain().version + "\n";
+  id += "compiler " + cc + " " + build::cpu_jit_toolchain().id + " " + build::cpu_jit_toolchain().version + "\n";
   const std::string header_sha = hash::sha256_hex(text);
   m += "header-sha256 " + header_sha + "\n";
   id += "header " + header_sha + "\n";

@@ -1,12 +1,14 @@
 // Internal: the CPU JIT's compiler command line and its precompiled header (PCH).
 //
 // A cold CPU JIT compile used to spend about half its time parsing Highway and the standard
-// headers. Meson builds a GCC PCH of those (cpu/jit_pch.h) with the JIT's own flags
+// headers. Meson builds a PCH of those (cpu/jit_pch.h) with the JIT's own compiler and flags
 // (tools/build_jit_pch.cpp, run by kernels/meson.build), as a bundle in the build tree:
 //   opf_jit_pch.h            the header (a copy of cpu/jit_pch.h); the JIT -includes it
-//   opf_jit_pch.h.gch        the PCH GCC picks up beside it
+//   opf_jit_pch.h.gch        the PCH GCC or clang picks up beside it (clang's own format)
 //   opf_jit_pch.h.manifest   what it was built from: command, compiler binary, header and every
 //                            header it read (size, mtime, SHA-256), the .gch, and an identity hash
+// The JIT's compiler is build::cpu_jit_toolchain() (Meson option cpu_jit_cxx: clang++ where there
+// is one, else Meson's own), so a GCC build may JIT with clang.
 // GCC checks a .gch against the compile's flags and macros, but never against the headers it was
 // built from: a stale one would be used silently. find_pch() therefore trusts the bundle only while
 // every recorded file still has its recorded content (stat first, SHA-256 when the stat differs)
@@ -19,26 +21,27 @@
 
 namespace opf::detail::cpu_jit {
 
-// Meson's compiler command minus ccache/sccache: ccache would turn a JIT compile into a cache
-// lookup of its own (and hide compile failures' real cost); the opforge cache already plays that role.
+// The JIT's compiler command (build::cpu_jit_toolchain()) minus ccache/sccache: ccache would turn a JIT compile into a
+// cache lookup of its own (and hide compile failures' real cost); the opforge cache already plays that role.
 std::vector<std::string> compiler();
 // Absolute, symlink-free path of what posix_spawnp would run for `prog` ("not found: prog").
 std::string resolve_program(const std::string& prog);
 
 // The op-independent start of every CPU JIT command line: compiler(), Meson's build-type flags
 // and the fixed JIT flags; with fp_contract_off, -ffp-contract=off as well (see below). The PCH is
-// built with exactly this (fp_contract_off = true).
+// built with exactly this (fp_contract_off = true), plus clang's PCH-only flags.
 std::vector<std::string> base_command(bool fp_contract_off);
 
-// True when the compiler is GCC and `path`, before any #include or declaration, says
+// True when Meson's compiler is GCC (prebuilt modules honour the pragma) and `path`, before any
+// #include or declaration, says
 //   #pragma GCC optimize("fp-contract=off")
 // (directly or inside `#if defined(__GNUC__) && !defined(__clang__)`), as every CPU op does. For
-// such a file -ffp-contract=off means exactly what the pragma means; giving it on the command line
-// (a) gives the PCH's headers, parsed before the op's pragma, the op's setting (without the flag
-// GCC inlines a few functions differently than in a compile without the PCH; with it, the module
-// is byte for byte the same either way) and (b) makes GCC's per-function switch to the pragma's
-// option set a no-op (~0.3 s of a ~3.5 s cold compile here). Anything else compiles as written
-// (no flag, no PCH).
+// such a file -ffp-contract=off means exactly what the pragma means. For a clang JIT, which ignores
+// the pragma, the flag is what makes the module round as the prebuilt one does. For a GCC JIT,
+// giving it on the command line (a) gives the PCH's headers, parsed before the op's pragma, the op's setting (without
+// the flag GCC inlines a few functions differently than in a compile without the PCH; with it, the module is byte for
+// byte the same either way) and (b) makes GCC's per-function switch to the pragma's option set a no-op (~0.3 s of a
+// ~3.5 s cold compile here). Anything else compiles as written (no flag, no PCH).
 bool source_disables_fp_contract(const std::string& path);
 
 // Where the JIT looks for the PCH header: $OPFORGE_JIT_PCH if set ("0" or "" disables it), else the

@@ -7,7 +7,7 @@
 namespace opf::build {
 
 struct Toolchain {
-  std::string name;                  // "cpp", "cuda", "hip"
+  std::string name;                  // "cpp", "cpu-jit", "cuda", "hip"
   std::vector<std::string> command;  // compiler argv prefix Meson resolved (may be empty)
   std::string id;                    // compiler identity, e.g. "gcc"
   std::string version;               // full version string
@@ -25,7 +25,8 @@ const std::string& install_root();
 const std::string& module_dir();  // prebuilt modules: $OPFORGE_MODULE_DIR, the install's modules/, or the build tree's
 const std::string& jit_source_root();  // the tree whose kernels/ the JIT compiles: the install's, or the source tree
 const std::string& jit_pch_header();   // the CPU JIT's precompiled header (core/cpu_jit.h); "" when there is none
-const Toolchain& cpp_toolchain();
+const Toolchain& cpp_toolchain();      // the C++ compiler Meson builds with
+const Toolchain& cpu_jit_toolchain();  // the one the CPU JIT runs (meson option cpu_jit_cxx)
 const std::vector<std::string>& cuda_arch();
 const std::vector<std::string>& hip_arch();
 const std::string& cuda_root();  // "" when the CUDA backend is disabled

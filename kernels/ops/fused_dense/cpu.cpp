@@ -41,8 +41,13 @@
 // oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
 // with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
 // and instantiating them; the C header parses in ~0.03 s).
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+
+// OpenMP's API, declared rather than #include <omp.h>: that header is the compiler's own (clang
+// finds none without libomp-dev, and the CPU JIT may be clang), and libgomp (the manifest's deps)
+// defines these two (nothrow, as omp.h declares them).
+extern "C" int omp_get_max_threads() noexcept;
+extern "C" void omp_set_num_threads(int) noexcept;
 
 #include <algorithm>
 #include <cmath>
