@@ -126,7 +126,7 @@ bool tuning_overridden(const OpInfo& op) {
 }
 
 // One (entry, storage dtype, variant) specialization's source: the op's, with the macros of
-// cpu/storage.h.
+// cpu/storage.h and cpu/variant.h.
 detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry,
                               const std::string& dtype, const std::string& variant) {
   detail::JitSource src = jit_source(op, backend);
@@ -147,7 +147,7 @@ std::string call_variant(const OpInfo& op, const std::string& entry, const opf_c
     if (!p.splits_jit(entry)) continue;
     double x = p.def;
     if (given) x = c->params[i].type == OPF_PARAM_F64 ? c->params[i].f64 : double(c->params[i].i64);
-    v += (v.empty() ? "" : ",") + p.name + "=" + std::to_string(p.jit_variant_of(x));
+    p.append_jit_variant(&v, p.jit_variant_of(x));
   }
   return v;
 }
@@ -316,7 +316,7 @@ struct Loader::Impl {
     jit::remove_tree(failed);  // an older failure for this key is no longer news
   }
 
-  // ---- CPU JIT specializations (cpu/storage.h): a module per (entry, storage dtype, variant),
+  // ---- CPU JIT specializations (cpu/storage.h, cpu/variant.h): a module per (entry, storage dtype, variant),
   // compiled at its first call. load() hands out `info`, whose run/supports route each call.
   struct Specialized {
     opf_module_info info{};

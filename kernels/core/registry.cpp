@@ -73,14 +73,17 @@ int64_t ParamInfo::jit_variant_of(double v) const {
   return v != 0 ? 1 : 0;  // bool; f64/i64: zero or not (a NaN is not zero)
 }
 
+void ParamInfo::append_jit_variant(std::string* variant, int64_t k) const {
+  *variant += (variant->empty() ? "" : ",") + name + "=" + std::to_string(k);
+}
+
 std::vector<std::string> OpInfo::jit_variants(std::string_view entry) const {
   std::vector<std::string> out{""};
   for (const ParamInfo& p : params) {
     if (!p.splits_jit(entry)) continue;
     std::vector<std::string> next;
     for (const std::string& v : out)
-      for (int k = 0; k < p.jit_variant_count(); ++k)
-        next.push_back(v + (v.empty() ? "" : ",") + p.name + "=" + std::to_string(k));
+      for (int k = 0; k < p.jit_variant_count(); ++k) p.append_jit_variant(&next.emplace_back(v), k);
     out = std::move(next);
   }
   return out;

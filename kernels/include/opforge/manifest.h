@@ -40,6 +40,8 @@ struct ParamInfo {
   // The variant values: bool 0/1, enum the choice index, f64/i64 0 (zero) or 1 (nonzero).
   int jit_variant_count() const { return type == ParamType::enumeration ? int(choices.size()) : 2; }
   int64_t jit_variant_of(double v) const;
+  // Appends "name=k" to a variant string ("name=k,name=k": the loader's -DOPF_JIT_VARIANT).
+  void append_jit_variant(std::string* variant, int64_t k) const;
   // "" when v is a valid value of this param, else why not (one phrase).
   std::string check(double v) const;
   std::string format(double v) const;  // "1e-05", "7", "true", "sum"

@@ -264,7 +264,7 @@ void BackwardT(const Backward& a) {
 }
 
 // Four kernels per entry and dtype (relu x dropout), of which a call runs one: a JIT module
-// compiles that one (manifest jit_variant; cpu/storage.h run_flag).
+// compiles that one (manifest jit_variant; cpu/variant.h run_flag).
 template <class F>
 void RunVariant(bool relu, bool drop, F&& f) {
   opf::cpu::run_flag<"relu">(relu, [&](auto r) { opf::cpu::run_flag<"dropout_prob">(drop, [&](auto d) { f(r, d); }); });
