@@ -65,14 +65,13 @@ std::string cache_text(const Row& r) {
 int print_table() {
   std::printf("opforge %s  (mode=%s)\n", build::version().c_str(), build::mode().c_str());
   std::printf("%s\n", std::string(100, '-').c_str());
-  const auto& cxx = build::cpp_toolchain();
-  std::string cmd;
-  for (const auto& a : cxx.command) cmd += (cmd.empty() ? "" : " ") + a;
-  std::printf("%-22s %s %s [%s]\n", "C++ compiler", cxx.id.c_str(), cxx.version.c_str(), cmd.c_str());
-  const auto& jit = build::cpu_jit_toolchain();
-  cmd.clear();
-  for (const auto& a : jit.command) cmd += (cmd.empty() ? "" : " ") + a;
-  std::printf("%-22s %s %s [%s]\n", "CPU JIT compiler", jit.id.c_str(), jit.version.c_str(), cmd.c_str());
+  auto toolchain = [](const char* label, const build::Toolchain& t) {
+    std::string cmd;
+    for (const auto& a : t.command) cmd += (cmd.empty() ? "" : " ") + a;
+    std::printf("%-22s %s %s [%s]\n", label, t.id.c_str(), t.version.c_str(), cmd.c_str());
+  };
+  toolchain("C++ compiler", build::cpp_toolchain());
+  toolchain("CPU JIT compiler", build::cpu_jit_toolchain());
   for (const auto& b : backends_of_interest()) {
     if (!build::backend_enabled(b)) {
       std::printf("%-22s %s\n", (b + " backend").c_str(), "not built");
@@ -130,16 +129,15 @@ int print_json() {
   o += "  \"module_dir\": " + json::quoted(build::module_dir()) + ",\n";
   o += "  \"cache_root\": " + json::quoted(root) + ",\n";
   o += "  \"toolchains\": {\n";
-  const auto& cxx = build::cpp_toolchain();
-  o += "    \"cpp\": {\"id\": " + json::quoted(cxx.id) + ", \"version\": " + json::quoted(cxx.version) +
-       ", \"command\": [";
-  for (size_t i = 0; i < cxx.command.size(); ++i) o += (i ? ", " : "") + json::quoted(cxx.command[i]);
-  o += "]},\n";
-  const auto& jit = build::cpu_jit_toolchain();
-  o += "    \"cpu_jit\": {\"id\": " + json::quoted(jit.id) + ", \"version\": " + json::quoted(jit.version) +
-       ", \"command\": [";
-  for (size_t i = 0; i < jit.command.size(); ++i) o += (i ? ", " : "") + json::quoted(jit.command[i]);
-  o += "]}";
+  auto toolchain = [&o](const char* key, const build::Toolchain& t) {
+    o += std::string("    \"") + key + "\": {\"id\": " + json::quoted(t.id) +
+         ", \"version\": " + json::quoted(t.version) + ", \"command\": [";
+    for (size_t i = 0; i < t.command.size(); ++i) o += (i ? ", " : "") + json::quoted(t.command[i]);
+    o += "]}";
+  };
+  toolchain("cpp", build::cpp_toolchain());
+  o += ",\n";
+  toolchain("cpu_jit", build::cpu_jit_toolchain());
   for (const auto& b : backends_of_interest()) {
     o += ",\n    " + json::quoted(b) + ": {\"built\": " + (build::backend_enabled(b) ? "true" : "false") +
          ", \"compiler\": " + json::quoted(build::backend_compiler_version(b));

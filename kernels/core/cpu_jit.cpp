@@ -267,14 +267,14 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-std::vector<std::string> compiler() {
-  std::vector<std::string> cmd = build::cpu_jit_toolchain().command;
+std::vector<std::string> compiler(const build::Toolchain& toolchain) {
+  std::vector<std::string> cmd = toolchain.command;
   while (!cmd.empty()) {
     std::string base = cmd.front().substr(cmd.front().rfind('/') + 1);
     if (base != "ccache" && base != "sccache") break;
     cmd.erase(cmd.begin());
   }
-  if (cmd.empty()) cmd.push_back(build::cpu_jit_toolchain().id == "clang" ? "clang++" : "c++");
+  if (cmd.empty()) cmd.push_back(toolchain.id == "clang" ? "clang++" : "c++");
   return cmd;
 }
 
@@ -304,7 +304,7 @@ std::vector<std::string> base_command(bool fp_contract_off) {
   // Differs on purpose: -march=native with only the static Highway target (the JIT may target
   // the host; prebuilt modules dispatch at run time), and -ffp-contract=off where it changes
   // nothing (source_disables_fp_contract).
-  std::vector<std::string> argv = compiler();
+  std::vector<std::string> argv = compiler(build::cpu_jit_toolchain());
   for (const auto& f : meson_args()) argv.push_back(f);  // -std, -O, -g, -DNDEBUG, cpp_args
   for (const char* f : {"-D_FILE_OFFSET_BITS=64", "-fPIC", "-shared", "-march=native", "-fvisibility=hidden",
                         "-DHWY_SHARED_DEFINE", "-DHWY_COMPILE_ONLY_STATIC=1", "-DOPF_JIT=1"})

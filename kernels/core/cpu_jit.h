@@ -7,8 +7,8 @@
 //   opf_jit_pch.h.gch        the PCH GCC or clang picks up beside it (clang's own format)
 //   opf_jit_pch.h.manifest   what it was built from: command, compiler binary, header and every
 //                            header it read (size, mtime, SHA-256), the .gch, and an identity hash
-// The JIT's compiler is build::cpu_jit_toolchain() (Meson option cpu_jit_cxx: clang++ where there
-// is one, else Meson's own), so a GCC build may JIT with clang.
+// The JIT's compiler is build::cpu_jit_toolchain() (Meson option cpu_jit_cxx: Meson's own by
+// default, or clang++), so a GCC build may JIT with clang.
 // GCC checks a .gch against the compile's flags and macros, but never against the headers it was
 // built from: a stale one would be used silently. find_pch() therefore trusts the bundle only while
 // every recorded file still has its recorded content (stat first, SHA-256 when the stat differs)
@@ -19,15 +19,18 @@
 #include <string>
 #include <vector>
 
+#include "opforge/build_info.h"
+
 namespace opf::detail::cpu_jit {
 
-// The JIT's compiler command (build::cpu_jit_toolchain()) minus ccache/sccache: ccache would turn a JIT compile into a
-// cache lookup of its own (and hide compile failures' real cost); the opforge cache already plays that role.
-std::vector<std::string> compiler();
+// A toolchain's command (the JIT's: build::cpu_jit_toolchain()) minus ccache/sccache: ccache would turn a JIT
+// compile into a cache lookup of its own (and hide compile failures' real cost); the opforge cache already plays
+// that role.
+std::vector<std::string> compiler(const build::Toolchain& toolchain);
 // Absolute, symlink-free path of what posix_spawnp would run for `prog` ("not found: prog").
 std::string resolve_program(const std::string& prog);
 
-// The op-independent start of every CPU JIT command line: compiler(), Meson's build-type flags
+// The op-independent start of every CPU JIT command line: compiler(cpu_jit_toolchain()), Meson's build-type flags
 // and the fixed JIT flags; with fp_contract_off, -ffp-contract=off as well (see below). The PCH is
 // built with exactly this (fp_contract_off = true), plus clang's PCH-only flags.
 std::vector<std::string> base_command(bool fp_contract_off);

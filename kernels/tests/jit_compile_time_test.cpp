@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cpu_jit.h"
 #include "opforge/build_info.h"
 #include "opforge/loader.h"
 #include "opforge/manifest.h"
@@ -150,10 +151,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   const fs::path tmp = tmpl;
   std::ofstream(tmp / "plain.cpp") << kPlain;
   // the baseline is the build's own compiler (g++ here), whichever the JIT runs (cpu_jit_cxx)
-  std::vector<std::string> plain = build::cpp_toolchain().command;
-  while (!plain.empty() && fs::path(plain.front()).filename().string().find("ccache") != std::string::npos)
-    plain.erase(plain.begin());
-  if (plain.empty()) plain.push_back("c++");
+  std::vector<std::string> plain = detail::cpu_jit::compiler(build::cpp_toolchain());
   for (const auto& a : {std::string("-O2"), std::string("-shared"), std::string("-fPIC"), (tmp / "plain.cpp").string(),
                         std::string("-o"), (tmp / "plain.so").string()})
     plain.push_back(a);
