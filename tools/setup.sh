@@ -23,6 +23,7 @@ packages=(
   yamllint                                                   # the CI workflow's lint test
   clang-format clang-tidy                                    # the style test (tools/format.sh --check), tools/tidy.sh
   clang libclang-rt-14-dev                                   # fuzz build: libFuzzer with ASan+UBSan (tools/fuzz.sh)
+  lld                                                        # the CPU JIT's linker (faster than ld.bfd; kernels/meson.build)
 )
 missing=()
 for p in "${packages[@]}"; do

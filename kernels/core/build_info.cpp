@@ -70,6 +70,10 @@ const Toolchain& cpu_jit_toolchain() {
   static const Toolchain t{"cpu-jit", split_units(OPF_JIT_CXX_COMMAND), OPF_JIT_CXX_ID, OPF_JIT_CXX_VERSION};
   return t;
 }
+const std::vector<std::string>& cpu_jit_link_args() {
+  static const auto v = split_units(OPF_JIT_LINK_ARGS);
+  return v;
+}
 
 const std::vector<std::string>& cuda_arch() {
   static const auto v = split_units(OPF_CUDA_ARCH);

@@ -215,6 +215,7 @@ class CpuBackend final : public Backend {
     c.argv.push_back(src.main_file);
     c.argv.push_back("-o");
     c.argv.push_back(out);
+    for (const auto& a : build::cpu_jit_link_args()) c.argv.push_back(a);
     c.argv.push_back("-lhwy");
     for (const auto& lib : op.deps_of("cpu")) c.argv.push_back("-l" + lib);  // the manifest's deps, as Meson links them
     return c;

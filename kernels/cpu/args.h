@@ -22,6 +22,22 @@
 #define OPF_ARG_CHECK
 #endif
 
+// An op's host code (its cpu.cpp's #if HWY_ONCE part: argument checks, planning, dispatch) sits
+// between OPF_HOST_CODE_BEGIN and OPF_HOST_CODE_END. JIT modules compile it unoptimized: it runs
+// once per call, and optimizing it was 10-15 % of a cold JIT compile (fused_lamb, multi_tensor).
+// Loops over elements or rows that cost time (a counting sort, a dropout mask) go before the
+// BEGIN. Prebuilt modules optimize everything.
+#if defined(OPF_JIT) && defined(__clang__)
+#define OPF_HOST_CODE_BEGIN _Pragma("clang optimize off")
+#define OPF_HOST_CODE_END _Pragma("clang optimize on")
+#elif defined(OPF_JIT) && defined(__GNUC__)
+#define OPF_HOST_CODE_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"O0\")")
+#define OPF_HOST_CODE_END _Pragma("GCC pop_options")
+#else
+#define OPF_HOST_CODE_BEGIN
+#define OPF_HOST_CODE_END
+#endif
+
 namespace opf::cpu {
 
 [[noreturn]] inline void failf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

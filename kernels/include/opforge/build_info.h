@@ -27,6 +27,7 @@ const std::string& jit_source_root();  // the tree whose kernels/ the JIT compil
 const std::string& jit_pch_header();   // the CPU JIT's precompiled header (core/cpu_jit.h); "" when there is none
 const Toolchain& cpp_toolchain();      // the C++ compiler Meson builds with
 const Toolchain& cpu_jit_toolchain();  // the one the CPU JIT runs (meson option cpu_jit_cxx)
+const std::vector<std::string>& cpu_jit_link_args();  // how the CPU JIT links a module (-fuse-ld=lld where found)
 const std::vector<std::string>& cuda_arch();
 const std::vector<std::string>& hip_arch();
 const std::string& cuda_root();  // "" when the CUDA backend is disabled

@@ -237,6 +237,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::bias_swiglu_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -295,4 +296,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::bias_swiglu_cpu
 
 OPF_DEFINE_MODULE("bias_swiglu", "cpu", opf::bias_swiglu_cpu::isa(), opf::bias_swiglu_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

@@ -220,6 +220,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::causal_softmax_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -260,4 +261,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::causal_softmax_cpu
 
 OPF_DEFINE_MODULE("causal_softmax", "cpu", opf::causal_softmax_cpu::isa(), opf::causal_softmax_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

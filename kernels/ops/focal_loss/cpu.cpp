@@ -203,6 +203,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::focal_loss_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -285,4 +286,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::focal_loss_cpu
 
 OPF_DEFINE_MODULE("focal_loss", "cpu", opf::focal_loss_cpu::isa(), opf::focal_loss_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

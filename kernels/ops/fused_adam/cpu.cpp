@@ -154,6 +154,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::fused_adam_cpu {
 HWY_EXPORT(RunStep);
 HWY_EXPORT(TargetName);
@@ -264,4 +265,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::fused_adam_cpu
 
 OPF_DEFINE_MODULE("fused_adam", "cpu", opf::fused_adam_cpu::isa(), opf::fused_adam_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

@@ -530,6 +530,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::fused_dense_cpu {
 HWY_EXPORT(RunLinearBiasForward);
 HWY_EXPORT(RunLinearBiasBackward);
@@ -614,4 +615,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::fused_dense_cpu
 
 OPF_DEFINE_MODULE("fused_dense", "cpu", opf::fused_dense_cpu::isa(), opf::fused_dense_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

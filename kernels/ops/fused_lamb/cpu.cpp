@@ -236,6 +236,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::fused_lamb_cpu {
 HWY_EXPORT(RunNorm);
 HWY_EXPORT(RunStage1);
@@ -377,4 +378,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::fused_lamb_cpu
 
 OPF_DEFINE_MODULE("fused_lamb", "cpu", opf::fused_lamb_cpu::isa(), opf::fused_lamb_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

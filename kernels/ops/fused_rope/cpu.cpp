@@ -304,6 +304,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::fused_rope_cpu {
 HWY_EXPORT(RunForward);
 HWY_EXPORT(RunBackward);
@@ -566,4 +567,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::fused_rope_cpu
 
 OPF_DEFINE_MODULE("fused_rope", "cpu", opf::fused_rope_cpu::isa(), opf::fused_rope_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

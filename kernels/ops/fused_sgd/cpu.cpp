@@ -172,6 +172,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::fused_sgd_cpu {
 HWY_EXPORT(RunStep);
 HWY_EXPORT(RunStepWithCopy);
@@ -285,4 +286,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::fused_sgd_cpu
 
 OPF_DEFINE_MODULE("fused_sgd", "cpu", opf::fused_sgd_cpu::isa(), opf::fused_sgd_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

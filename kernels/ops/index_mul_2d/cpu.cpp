@@ -185,6 +185,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::index_mul_2d_cpu {
 HWY_EXPORT(RunForward);
 HWY_EXPORT(RunBackward);
@@ -220,6 +221,9 @@ void check_inputs(const Args& args, const opf_tensor& in1, int i1, const opf_ten
   for (auto [t, i, name] : {std::tuple{&in1, i1, "in1"}, std::tuple{&in2, i2, "in2"}})
     if (t->shape[0] * t->shape[1] > 0 && !t->data) failf("%s: argument %d (%s) has no data", e, i, name);
 }
+
+// call() below sorts backward's indices (per index): optimized in JIT modules too.
+OPF_HOST_CODE_END
 
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";

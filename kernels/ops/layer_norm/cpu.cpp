@@ -278,6 +278,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::layer_norm_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -328,4 +329,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::layer_norm_cpu
 
 OPF_DEFINE_MODULE("layer_norm", "cpu", opf::layer_norm_cpu::isa(), opf::layer_norm_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

@@ -202,6 +202,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::multi_tensor_cpu {
 HWY_EXPORT(RunScale);
 HWY_EXPORT(RunAxpby);
@@ -384,4 +385,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::multi_tensor_cpu
 
 OPF_DEFINE_MODULE("multi_tensor", "cpu", opf::multi_tensor_cpu::isa(), opf::multi_tensor_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

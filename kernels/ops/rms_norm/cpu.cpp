@@ -225,6 +225,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::rms_norm_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -271,4 +272,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::rms_norm_cpu
 
 OPF_DEFINE_MODULE("rms_norm", "cpu", opf::rms_norm_cpu::isa(), opf::rms_norm_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

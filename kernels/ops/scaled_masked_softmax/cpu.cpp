@@ -202,6 +202,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::scaled_masked_softmax_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -242,4 +243,5 @@ void call(const opf_call* c, bool execute) {
 
 OPF_DEFINE_MODULE("scaled_masked_softmax", "cpu", opf::scaled_masked_softmax_cpu::isa(),
                   opf::scaled_masked_softmax_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

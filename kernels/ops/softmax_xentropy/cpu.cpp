@@ -331,6 +331,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::softmax_xentropy_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -400,4 +401,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::softmax_xentropy_cpu
 
 OPF_DEFINE_MODULE("softmax_xentropy", "cpu", opf::softmax_xentropy_cpu::isa(), opf::softmax_xentropy_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

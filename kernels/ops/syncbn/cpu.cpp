@@ -521,6 +521,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::syncbn_cpu {
 HWY_EXPORT(RunWelford);
 HWY_EXPORT(RunReduce);
@@ -576,6 +577,9 @@ double counts(const Args& args, int i, int64_t& k, double min_total, const char*
   return total;
 }
 
+// welford_parallel does its work below, per channel: optimized in JIT modules too.
+OPF_HOST_CODE_END
+
 // welford_parallel: Chan's merge of K shards per channel, in shard order; f64 throughout.
 void merge(const opf_call* c, bool execute) {
   const Args args(c, 7, kParams);
@@ -617,6 +621,7 @@ void merge(const opf_call* c, bool execute) {
   }
 }
 
+OPF_HOST_CODE_BEGIN
 void call(const opf_call* c, bool execute) {
   std::string_view entry = c->entry ? c->entry : "";
   if (entry == "welford_parallel") return merge(c, execute);
@@ -693,4 +698,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::syncbn_cpu
 
 OPF_DEFINE_MODULE("syncbn", "cpu", opf::syncbn_cpu::isa(), opf::syncbn_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

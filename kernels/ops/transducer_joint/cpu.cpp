@@ -287,6 +287,7 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::transducer_joint_cpu {
 HWY_EXPORT(RunForward);
 HWY_EXPORT(RunBackward);
@@ -356,6 +357,9 @@ const uint8_t* expect_mask(const Args& args, int i, double p, const Layout& l, i
   return p > 0 ? static_cast<const uint8_t*>(data) : nullptr;
 }
 
+// The dropout mask below is per element: optimized in JIT modules too.
+OPF_HOST_CODE_END
+
 // Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011): the 4 words of counter {block, 0}, key `key`.
 struct PhiloxBlock {
   uint32_t w[4];
@@ -404,6 +408,7 @@ void generate_mask(const opf_host* host, const Layout& l, uint64_t seed, double 
   });
 }
 
+OPF_HOST_CODE_BEGIN
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   int64_t rows = 0;
@@ -454,4 +459,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::transducer_joint_cpu
 
 OPF_DEFINE_MODULE("transducer_joint", "cpu", opf::transducer_joint_cpu::isa(), opf::transducer_joint_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE

@@ -296,6 +296,7 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+OPF_HOST_CODE_BEGIN
 namespace opf::transducer_loss_cpu {
 OPF_CPU_EXPORT_ENTRIES()
 
@@ -406,4 +407,5 @@ void call(const opf_call* c, bool execute) {
 }  // namespace opf::transducer_loss_cpu
 
 OPF_DEFINE_MODULE("transducer_loss", "cpu", opf::transducer_loss_cpu::isa(), opf::transducer_loss_cpu::call)
+OPF_HOST_CODE_END
 #endif  // HWY_ONCE
