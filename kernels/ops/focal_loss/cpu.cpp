@@ -151,6 +151,7 @@ double Rows(const Forward& a, const Consts& k, int64_t r0, int64_t r1) {
       acc = hn::Add(acc, term);
     }
     float tail = 0;
+    OPF_SCALAR_LOOP
     for (; j < real; ++j) {  // the same formula, one lane at a time
       const auto pos = hn::RebindMask(d1, hn::Eq(hn::Zero(di1), hn::Set(di1, int32_t(y - int64_t(j)))));
       hn::Vec<decltype(d1)> term;
@@ -193,6 +194,7 @@ void BackwardT(const Backward& a) {
     S* g = static_cast<S*>(a.grad);
     size_t j = size_t(i0);
     for (; j + N <= size_t(i1); j += N) StoreRound(d, hn::Mul(LoadWiden(d, g + j), vs), g + j);
+    OPF_SCALAR_LOOP
     for (; j < size_t(i1); ++j) g[j] = from_f32<S>(to_f32(g[j]) * scale);
   });
 }

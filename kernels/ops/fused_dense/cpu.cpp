@@ -339,6 +339,7 @@ const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_
       const size_t N = hn::Lanes(d), e0 = size_t(r0 * cols), e1 = size_t(r1 * cols);
       size_t k = e0;
       for (; k + N <= e1; k += N) hn::StoreU(LoadWiden(d, s + k), d, dst + k);
+      OPF_SCALAR_LOOP
       for (; k < e1; ++k) dst[k] = to_f32(s[k]);
     });
     return dst;

@@ -89,6 +89,7 @@ float RowSum(D d, const S* HWY_RESTRICT src, size_t n) {
   }
   for (; j + N <= n; j += N) a0 = hn::Add(a0, LoadWiden(d, src + j));
   float s = SumLanes(d, hn::Add(a0, a1));
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) s += to_f32(src[j]);
   return s;
 }
@@ -99,6 +100,7 @@ void Widen(const S* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
   const size_t N = hn::Lanes(d);
   size_t j = 0;
   for (; j + N <= n; j += N) hn::StoreU(LoadWiden(d, src + j), d, dst + j);
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) dst[j] = to_f32(src[j]);
 }
 
@@ -138,6 +140,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, const float* HWY_RESTRICT g, con
       q0 = hn::MulAdd(d0, d0, q0);
     }
     float sd = SumLanes(d, hn::Add(s0, s1)), sq = SumLanes(d, hn::Add(q0, q1));
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) {
       const float dv = to_f32(x[j]) - mean0;
       sd += dv;
@@ -218,6 +221,7 @@ HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, b
       hn::StoreU(hn::Add(dyv, hn::LoadU(d, pdb + j)), d, pdb + j);
     }
     float sum_g = SumLanes(d, sg), sum_gx = SumLanes(d, sgx);
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) {
       const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
       const float xh = (xv - mean) * r, gd = g[j] * dyv;

@@ -78,6 +78,7 @@ void Widen(const S* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
   const size_t N = hn::Lanes(d);
   size_t j = 0;
   for (; j + N <= n; j += N) hn::StoreU(LoadWiden(d, src + j), d, dst + j);
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) dst[j] = to_f32(src[j]);
 }
 
@@ -105,6 +106,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, const float* HWY_RESTRICT g, boo
       q0 = hn::MulAdd(v, v, q0);
     }
     float sq = SumLanes(d, hn::Add(q0, q1));
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) {
       const float v = to_f32(x[j]);
       sq += v * v;
@@ -173,6 +175,7 @@ HWY_NOINLINE void BackwardRows(const Backward& a, const float* HWY_RESTRICT g, b
       hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pdg + j)), d, pdg + j);
     }
     float sum_gx = SumLanes(d, sgx);
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) {
       const float xv = to_f32(x[j]), dyv = to_f32(dy[j]);
       const float xh = xv * r;

@@ -105,6 +105,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
     }
     float mx = MaxLanes(d, vmax);
     bool special = !(SumLanes(d, probe) == 0.0f);
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) {
       z[j] = m[j] ? kMaskedScore : to_f32(x[j]) * a.scale;
       mx = std::max(mx, z[j]);
@@ -135,6 +136,7 @@ HWY_NOINLINE void ForwardRows(const Forward& a, bool stream, int64_t r0, int64_t
       s0 = hn::Add(s0, e);
     }
     float sum = SumLanes(d, s0);
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) sum += (z[j] = z[j] - mx < kExpFloor ? 0.0f : std::exp(z[j] - mx));
 
     const float inv = 1.0f / sum;
@@ -175,6 +177,7 @@ HWY_NOINLINE void BackwardRows(const Backward& a, int64_t r0, int64_t r1) {
     }
     for (; j + N <= n; j += N) s0 = hn::MulAdd(LoadWiden(d, dy + j), LoadWiden(d, y + j), s0);
     float dot = SumLanes(d, hn::Add(s0, s1));
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) dot += to_f32(dy[j]) * to_f32(y[j]);
 
     const auto vdot = hn::Set(d, dot);
@@ -185,6 +188,7 @@ HWY_NOINLINE void BackwardRows(const Backward& a, int64_t r0, int64_t r1) {
       const auto yv = LoadWiden(d, y + j);
       StoreRound(d, hn::Mul(hn::Mul(vscale, yv), hn::Sub(LoadWiden(d, dy + j), vdot)), dy + j);
     }
+    OPF_SCALAR_LOOP
     for (; j < n; ++j) dy[j] = from_f32<S>(a.scale * to_f32(y[j]) * (to_f32(dy[j]) - dot));
   }
 }

@@ -121,6 +121,7 @@ HWY_INLINE float RowMax(D d, const S* HWY_RESTRICT x, size_t n, float* HWY_RESTR
     m0 = hn::Max(m0, v);
   }
   float m = MaxLanes(d, hn::Max(m0, m1));
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) {
     if constexpr (kCopy) zn[j] = to_f32(x[j]);
     m = std::max(m, to_f32(x[j]));  // (a NaN is caught by the sums of pass 2)
@@ -174,6 +175,7 @@ HWY_INLINE void RowSums(D d, const Z* HWY_RESTRICT z, size_t n, float m, const S
   sum = SumLanes(d, hn::Add(s0, s1));
   tsum = kT ? SumLanes(d, hn::Add(t0, t1)) : 0.0f;
   if constexpr (kNext) mnext = MaxLanes(d, hn::Max(m0, m1));
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) {
     if constexpr (kNext) {
       if constexpr (kCopy) zn[j] = to_f32(xn[j]);
@@ -200,6 +202,7 @@ HWY_INLINE void RowSumsExact(D d, const Z* HWY_RESTRICT z, size_t n, float m, fl
   }
   sum = SumLanes(d, s0);
   tsum = SumLanes(d, t0);
+  OPF_SCALAR_LOOP
   for (; j < n; ++j) {
     const float t = to_f32(z[j]) - m;
     tsum += t;

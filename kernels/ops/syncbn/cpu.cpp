@@ -126,6 +126,7 @@ HWY_INLINE void PieceWelford(const S* HWY_RESTRICT p, size_t len, double& n, dou
   }
   for (; j + N <= len; j += N) s0 = hn::Add(s0, LoadWiden(d, p + j));
   float sum = SumLanes(d, hn::Add(s0, s1));
+  OPF_SCALAR_LOOP
   for (; j < len; ++j) sum += to_f32(p[j]);
   const float mf = sum / float(len);
   const VF vm = hn::Set(d, mf);
@@ -136,6 +137,7 @@ HWY_INLINE void PieceWelford(const S* HWY_RESTRICT p, size_t len, double& n, dou
     a2 = hn::Add(a2, hn::Mul(dv, dv));
   }
   float t1 = SumLanes(d, a1), t2 = SumLanes(d, a2);
+  OPF_SCALAR_LOOP
   for (; j < len; ++j) {
     const float dv = to_f32(p[j]) - mf;
     t1 += dv;
@@ -162,6 +164,7 @@ HWY_INLINE void PieceReduce(const S* HWY_RESTRICT g, const S* HWY_RESTRICT x, si
     a1 = hn::Add(a1, hn::Mul(gv, hn::Sub(LoadWiden(d, x + j), vm)));
   }
   float t0 = SumLanes(d, a0), t1 = SumLanes(d, a1);
+  OPF_SCALAR_LOOP
   for (; j < len; ++j) {
     const float gv = to_f32(g[j]);
     t0 += gv;
@@ -205,6 +208,7 @@ HWY_NOINLINE void RowsWelford(const Call& k, int64_t r0, int64_t r1, float* scra
     const S* row = x + r * k.ch;
     size_t c = 0;
     for (; c + N <= ch; c += N) hn::StoreU(hn::Add(hn::LoadU(d, sum + c), LoadWiden(d, row + c)), d, sum + c);
+    OPF_SCALAR_LOOP
     for (; c < ch; ++c) sum[c] += to_f32(row[c]);
   }
   const float rows = float(r1 - r0);
@@ -217,6 +221,7 @@ HWY_NOINLINE void RowsWelford(const Call& k, int64_t r0, int64_t r1, float* scra
       hn::StoreU(hn::Add(hn::LoadU(d, a1 + c), dv), d, a1 + c);
       hn::StoreU(hn::Add(hn::LoadU(d, a2 + c), hn::Mul(dv, dv)), d, a2 + c);
     }
+    OPF_SCALAR_LOOP
     for (; c < ch; ++c) {
       const float dv = to_f32(row[c]) - sum[c];
       a1[c] += dv;
@@ -253,6 +258,7 @@ HWY_NOINLINE void RowsReduce(const Call& k, int64_t r0, int64_t r1, float* scrat
       hn::StoreU(hn::Add(hn::LoadU(d, t0 + c), gv), d, t0 + c);
       hn::StoreU(hn::Add(hn::LoadU(d, t1 + c), hn::Mul(gv, xm)), d, t1 + c);
     }
+    OPF_SCALAR_LOOP
     for (; c < ch; ++c) {
       const float gv = to_f32(gr[c]);
       t0[c] += gv;

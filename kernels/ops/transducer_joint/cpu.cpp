@@ -202,6 +202,7 @@ HWY_INLINE void AccumulateRow(const S* HWY_RESTRICT dh, const S* HWY_RESTRICT f,
     hn::StoreU(hn::Add(hn::LoadU(d, af + c), x), d, af + c);
     hn::StoreU(hn::Add(hn::LoadU(d, ag + c), x), d, ag + c);
   }
+  OPF_SCALAR_LOOP
   for (; c < w; ++c) {
     float x = to_f32(dh[c]);
     if (kDrop) x = x * (m[c] ? scale : 0.0f);
@@ -217,6 +218,7 @@ HWY_INLINE void StoreSums(const float* HWY_RESTRICT acc, S* HWY_RESTRICT y, size
   const size_t N = hn::Lanes(d);
   size_t c = 0;
   for (; c + N <= w; c += N) StoreRound(d, hn::LoadU(d, acc + c), y + c);
+  OPF_SCALAR_LOOP
   for (; c < w; ++c) y[c] = from_f32<S>(acc[c]);
 }
 

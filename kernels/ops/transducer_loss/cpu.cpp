@@ -258,6 +258,7 @@ void BackwardT(const Backward& a) {
           const auto vocc = hn::Set(d, occ);
           size_t j = 0;
           for (; j + N <= V; j += N) hn::Store(ExpGrad(d, hn::Add(vocc, LoadWiden(d, xr + j))), d, e + j);
+          OPF_SCALAR_LOOP
           for (; j < V; ++j) {
             const float s = occ + to_f32(xr[j]);
             e[j] = s < kExpFloor ? 0.0f : std::exp(s);
