@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
-#include <span>
 #include <string_view>
 
 #include "opforge/abi.h"
@@ -55,6 +54,24 @@ inline const char* dtype_str(int32_t t) { return t >= 0 && t < OPF_DTYPE_COUNT ?
 
 inline bool is_float_storage(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
+// A list argument's tensors. Not std::span: its C++20 concept checks cost clang ~25 ms of every
+// JIT module's front end, list op or not.
+class TensorList {
+ public:
+  TensorList() = default;
+  TensorList(const opf_tensor* data, size_t size) : data_(data), size_(size) {}
+  const opf_tensor* begin() const { return data_; }
+  const opf_tensor* end() const { return data_ + size_; }
+  const opf_tensor& operator[](size_t i) const { return data_[i]; }
+  const opf_tensor* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  const opf_tensor* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // The call as a module reads it: argument i and param i in the entry's manifest order.
 class Args {
  public:
@@ -76,7 +93,7 @@ class Args {
     return a.tensors[0];
   }
   // Argument i, a list named `name` (may be empty).
-  std::span<const opf_tensor> list(int i, const char* name, bool view = false) const {
+  TensorList list(int i, const char* name, bool view = false) const {
     const opf_arg& a = c_->args[i];
     if (a.count < 0 || (a.count > 0 && !a.tensors)) failf("%s: list argument %d (%s) is malformed", entry(), i, name);
     for (int k = 0; k < a.count; ++k) check_tensor(a.tensors[k], i, name, view);

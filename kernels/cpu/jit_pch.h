@@ -16,6 +16,7 @@
 #include <exception>
 #include <initializer_list>
 #include <limits>
+#include <mutex>  // fused_dense: 40 ms of its front end, and ~nothing to the other modules
 #include <optional>
 #include <span>
 #include <string_view>
@@ -26,3 +27,4 @@
 #include "hwy/highway.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"  // the ops that call Highway's exp/log

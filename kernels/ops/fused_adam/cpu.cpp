@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <span>
 #include <string_view>
 #include <vector>
 
@@ -163,8 +162,7 @@ const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 using namespace opf::cpu;
 
 // Every tensor of list `name` (argument i) must have `dtype` and, when n is given, n[k] elements.
-void check_list(const Args& args, std::span<const opf_tensor> list, const char* name, std::span<const opf_tensor> grads,
-                int32_t dtype) {
+void check_list(const Args& args, TensorList list, const char* name, TensorList grads, int32_t dtype) {
   const char* e = args.entry();
   if (list.size() != grads.size())
     failf("%s: list %s has %zu tensors, grads has %zu", e, name, list.size(), grads.size());

@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <span>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -247,8 +246,7 @@ const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 using namespace opf::cpu;
 
 // Every tensor of list `name` must have `dtype` and as many elements as grads[k].
-void check_list(const Args& args, std::span<const opf_tensor> list, const char* name, std::span<const opf_tensor> grads,
-                int32_t dtype) {
+void check_list(const Args& args, TensorList list, const char* name, TensorList grads, int32_t dtype) {
   const char* e = args.entry();
   if (list.size() != grads.size())
     failf("%s: list %s has %zu tensors, grads has %zu", e, name, list.size(), grads.size());
@@ -272,7 +270,7 @@ void check_param(const char* e, const char* name, double v, double lo, bool lo_o
 }
 
 // Chunks of OPF_TUNE_CHUNK elements per tensor; tasks of consecutive chunks, >= OPF_TUNE_CHUNK.
-void plan(Step& a, std::span<const opf_tensor> grads) {
+void plan(Step& a, TensorList grads) {
   const int64_t chunk = OPF_TUNE_CHUNK;
   a.task_start.push_back(0);
   int64_t in_task = 0;

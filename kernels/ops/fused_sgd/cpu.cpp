@@ -28,7 +28,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <span>
 #include <string_view>
 #include <vector>
 
@@ -182,8 +181,7 @@ const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 using namespace opf::cpu;
 
 // Every tensor of list `name` must have `dtype` and as many elements as grads[k].
-void check_list(const Args& args, std::span<const opf_tensor> list, const char* name, std::span<const opf_tensor> grads,
-                int32_t dtype, const char* why) {
+void check_list(const Args& args, TensorList list, const char* name, TensorList grads, int32_t dtype, const char* why) {
   const char* e = args.entry();
   if (list.size() != grads.size())
     failf("%s: list %s has %zu tensors, grads has %zu", e, name, list.size(), grads.size());
@@ -225,7 +223,7 @@ void call(const opf_call* c, bool execute) {
   check_param(e, "scale", scale, 0, true, inf, true);
 
   const auto grads = args.list(0, "grads"), params = args.list(1, "params"), bufs = args.list(2, "momentum_buffer");
-  const auto copies = with_copy ? args.list(3, "model_copy") : std::span<const opf_tensor>();
+  const auto copies = with_copy ? args.list(3, "model_copy") : TensorList();
   const opf_tensor& flag = expect_arg(args, with_copy ? 4 : 3, "noop_flag", OPF_I32, {1});
   const int32_t dtype = grads.empty() ? OPF_F32 : grads[0].dtype;
   if (!grads.empty() && !is_float_storage(dtype))

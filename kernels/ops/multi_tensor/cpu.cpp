@@ -31,7 +31,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <span>
 #include <string_view>
 #include <vector>
 
@@ -211,7 +210,7 @@ HWY_EXPORT(TargetName);
 const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 using namespace opf::cpu;
-using List = std::span<const opf_tensor>;
+using List = TensorList;
 
 // Chunks of OPF_TUNE_CHUNK elements per tensor; tasks of consecutive chunks, >= OPF_TUNE_CHUNK.
 Plan make_plan(List lead) {
