@@ -70,7 +70,8 @@ bool ParamInfo::splits_jit(std::string_view entry) const {
 
 int64_t ParamInfo::jit_variant_of(double v) const {
   if (type == ParamType::enumeration) return v >= 0 && v < double(choices.size()) ? int64_t(v) : 0;
-  return v != 0 ? 1 : 0;  // bool; f64/i64: zero or not (a NaN is not zero)
+  if (!jit_values.empty()) return std::find(jit_values.begin(), jit_values.end(), v) - jit_values.begin();
+  return v != 0 ? 1 : 0;  // bool; f64/i64 without jit_values: zero or not (a NaN is not zero)
 }
 
 void ParamInfo::append_jit_variant(std::string* variant, int64_t k) const {

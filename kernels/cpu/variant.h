@@ -1,17 +1,19 @@
 // JIT variants for CPU op modules. A param whose manifest `jit_variant` names an entry splits that
 // entry's JIT modules further than (entry, storage dtype) (cpu/storage.h), by the param's value:
-// bool 0/1, enum the choice index, f64/i64 0 for zero and 1 otherwise. The loader builds each with
+// bool 0/1, enum the choice index, f64/i64 0 for zero and 1 otherwise (with the manifest's
+// `jit_values`: the value's index in that list). The loader builds each with
 // -DOPF_JIT_VARIANT="name=v,name=v". A kernel templated on such a value is instantiated through
-// run_flag<"name">, which compiles only this module's value (every value without the macro:
-// prebuilt modules, peers). transducer_joint's forward, for one, is four kernels (relu x dropout),
-// of which a call runs one: its cold JIT of forward bf16 took 1.42 s with all four, 0.83-0.87 s
-// with one (GCC 12 -O3).
+// run_flag<"name"> (run_index<"name", count> for enums and jit_values), which compiles only this
+// module's value (every value without the macro: prebuilt modules, peers). transducer_joint's forward, for one, is four
+// kernels (relu x dropout), of which a call runs one: its cold JIT of forward bf16 took 1.42 s with all four, 0.83-0.87
+// s with one (GCC 12 -O3).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -59,6 +61,28 @@ void run_flag(bool value, F&& f) {
     if constexpr (only != 1) return f(std::false_type{});
   }
   if constexpr (only != -1) run_variant_missing(Name.view().data(), only, value ? 1 : 0);
+}
+
+// Calls f(std::integral_constant<int, K>{}) for K == k in [0, Count): an enum param's choice, or
+// the index of a numeric param's value in its manifest `jit_values` (Count: their number + 1, the
+// last for every other value; the op maps the value to k by the same list). Otherwise as run_flag.
+template <EntryName Name, int Count, class F>
+void run_index(int64_t k, F&& f) {
+  constexpr int64_t only = jit_variant<Name>();
+  const auto one = [&]<int K>(std::integral_constant<int, K> c) {
+    if constexpr (only == -1 || only == K) {
+      if (k == K) {
+        f(c);
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool ran = [&]<int... K>(std::integer_sequence<int, K...>) {
+    return (one(std::integral_constant<int, K>{}) || ...);
+  }
+  (std::make_integer_sequence<int, Count>{});
+  if (!ran) run_variant_missing(Name.view().data(), only, k);
 }
 
 }  // namespace opf::cpu

@@ -305,5 +305,73 @@ TEST_F(JitVariant, AVariantsModuleRefusesTheOtherValue) {
   EXPECT_NE(whys[1].find("this JIT module is the variant relu=1, called with relu=0"), std::string::npos) << whys[1];
 }
 
+// A numeric param with manifest jit_values: a variant per listed value, one for any other.
+// focal_loss's gamma: 0, 1 and 2 have kernels of their own (gamma=0..2), every other value shares
+// the general one (gamma=3); a module refuses a gamma of another variant in one line.
+class JitValues : public JitSpecialize {
+ protected:
+  const char* op_name() const override { return "focal_loss"; }
+  // forward's loss for gamma, on one draw (seed printed), through m
+  float forward(const opf_module_info* m, double gamma) const {
+    const int64_t n = 3, cpad = 80;
+    std::mt19937_64 rng(777);
+    std::printf("seed 777\n");
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    std::vector<float> logits(size_t(n * cpad)), grad(size_t(n * cpad), NAN);
+    for (float& v : logits) v = u(rng);
+    std::vector<int64_t> labels{5, -1, 79};
+    float num_pos = 2.0f, loss = NAN;
+    CallBuilder c(*op, "forward");
+    c.add("logits", logits.data(), DType::f32, {n, cpad}).add("labels", labels.data(), DType::i64, {n});
+    c.add("num_positives_sum", &num_pos, DType::f32, {1}).add("loss", &loss, DType::f32, {1});
+    c.add("partial_grad", grad.data(), DType::f32, {n, cpad});
+    c.param("gamma", gamma);
+    c.run(m);
+    return loss;
+  }
+};
+
+TEST_F(JitValues, ListedValuesAndTheRestGetAModuleEach) {
+  EXPECT_EQ(op->jit_variants("forward"), (std::vector<std::string>{"gamma=0", "gamma=1", "gamma=2", "gamma=3"}));
+  EXPECT_EQ(op->jit_variants("backward"), std::vector<std::string>{""});
+  const ParamInfo* gamma = nullptr;
+  for (const ParamInfo& p : op->params)
+    if (p.name == "gamma") gamma = &p;
+  ASSERT_NE(gamma, nullptr);
+  for (const auto& [v, k] :
+       std::vector<std::pair<double, int64_t>>{{0.0, 0}, {1.0, 1}, {2.0, 2}, {1.5, 3}, {2.0000001, 3}})
+    EXPECT_EQ(gamma->jit_variant_of(v), k) << "gamma " << v;
+
+  auto& L = Loader::instance();
+  const opf_module_info* m = L.load(*op, "cpu").info;
+  const int c0 = compiles();
+  const float general = forward(m, 1.5);
+  EXPECT_EQ(compiles(), c0 + 1);
+  EXPECT_TRUE(std::isfinite(general) && general > 0) << general;
+  EXPECT_EQ(forward(m, 2.5), forward(m, 2.5));
+  EXPECT_EQ(compiles(), c0 + 1) << "gamma 2.5 is the same variant as 1.5";
+  const float two = forward(m, 2.0);
+  EXPECT_EQ(compiles(), c0 + 2) << "gamma 2 did not get a module of its own";
+  EXPECT_TRUE(std::isfinite(two) && two > 0) << two;
+
+  std::vector<std::string> whys;
+  for (const fs::path& so : modules()) {
+    void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << ::dlerror();
+    auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
+    ASSERT_NE(fn, nullptr);
+    const opf_module_info* variant = fn();
+    const std::string as_two = error_of([&] { forward(variant, 2.0); });
+    const std::string as_other = error_of([&] { forward(variant, 0.5); });
+    EXPECT_TRUE(as_two.empty() != as_other.empty())
+        << "a variant ran both values or neither: '" << as_two << "' / '" << as_other << "'";
+    whys.push_back(as_two + as_other);
+  }
+  ASSERT_EQ(whys.size(), 2u);
+  std::sort(whys.begin(), whys.end());
+  EXPECT_NE(whys[0].find("this JIT module is the variant gamma=2, called with gamma=3"), std::string::npos) << whys[0];
+  EXPECT_NE(whys[1].find("this JIT module is the variant gamma=3, called with gamma=2"), std::string::npos) << whys[1];
+}
+
 }  // namespace
 }  // namespace opf

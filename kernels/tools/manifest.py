@@ -16,7 +16,7 @@ FLOAT_DTYPES = {"f32", "f16", "bf16", "f64"}
 FIXED_DTYPES = FLOAT_DTYPES | {"u8", "i32", "i64"}
 ROLES = {"in", "out", "inout"}
 PARAM_TYPES = {"f64", "i64", "bool", "enum"}
-PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc", "jit_variant"}
+PARAM_KEYS = {"type", "default", "min", "max", "above", "below", "choices", "sample", "sweep", "doc", "jit_variant", "jit_values"}
 REQUIRED = ["summary", "entries", "dtypes", "backends", "cases"]
 NAME = r"[a-z][a-z0-9_]*"
 # "NAME: ROLE [list] DTYPE [SHAPE] [view]"; SHAPE may list alternative layouts: "[B, T, U, H] | [rows, H]"
@@ -127,6 +127,13 @@ def check_params(path, text, name, where, params, entries):
         for e in jv:
             if e not in entries:
                 fail(path, at, f"op '{name}': param '{pname}': jit_variant names '{e}', which is not one of its entries")
+        if "jit_values" in p:
+            vals = p["jit_values"]
+            if t not in ("f64", "i64") or not jv:
+                fail(path, at, f"op '{name}': param '{pname}': jit_values is for f64/i64 params with a jit_variant")
+            if (not isinstance(vals, list) or not vals or not all(is_num(v) and (t == "f64" or isinstance(v, int)) for v in vals)
+                    or len(set(vals)) != len(vals)):
+                fail(path, at, f"op '{name}': param '{pname}': jit_values must be a list of distinct {'integers' if t == 'i64' else 'numbers'}")
 
 
 def validate(path, text, ops, options_file=None, ops_dir=None):
@@ -256,7 +263,8 @@ def c_param(pname, p):
     return (f"ParamInfo{{{c_str(pname)}, {ptype}, {c_double(d)}, {c_double(lo)}, {c_double(hi)}, "
             f"{'true' if lo_open else 'false'}, {'true' if hi_open else 'false'}, {c_double(s_lo)}, {c_double(s_hi)}, "
             f"{c_list(p.get('choices', []))}, {c_str(p.get('doc', ''))}, "
-            f"{{{', '.join(c_double(v) for v in p.get('sweep', []))}}}, {c_list(p.get('jit_variant', []))}}}")
+            f"{{{', '.join(c_double(v) for v in p.get('sweep', []))}}}, {c_list(p.get('jit_variant', []))}, "
+            f"{{{', '.join(c_double(v) for v in p.get('jit_values', []))}}}}}")
 
 
 def cmd_header(path, out, specs):

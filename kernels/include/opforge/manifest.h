@@ -36,9 +36,15 @@ struct ParamInfo {
   // Entries whose CPU JIT modules are split by this param (manifest `jit_variant`): one module per
   // variant value, compiled at the first call that needs it (cpu/variant.h run_flag).
   std::vector<std::string> jit_variant;
+  // f64/i64 (manifest `jit_values`): the values that have kernels of their own; a variant each, and
+  // one more for every other value.
+  std::vector<double> jit_values;
   bool splits_jit(std::string_view entry) const;
-  // The variant values: bool 0/1, enum the choice index, f64/i64 0 (zero) or 1 (nonzero).
-  int jit_variant_count() const { return type == ParamType::enumeration ? int(choices.size()) : 2; }
+  // The variant values: bool 0/1, enum the choice index, f64/i64 the index in jit_values (their
+  // count: any other value) or, without jit_values, 0 (zero) or 1 (nonzero).
+  int jit_variant_count() const {
+    return type == ParamType::enumeration ? int(choices.size()) : jit_values.empty() ? 2 : int(jit_values.size()) + 1;
+  }
   int64_t jit_variant_of(double v) const;
   // Appends "name=k" to a variant string ("name=k,name=k": the loader's -DOPF_JIT_VARIANT).
   void append_jit_variant(std::string* variant, int64_t k) const;

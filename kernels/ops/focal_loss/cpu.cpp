@@ -24,6 +24,7 @@
 #ifndef OPF_FOCAL_LOSS_CPU_COMMON
 #define OPF_FOCAL_LOSS_CPU_COMMON
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
+#include "cpu/variant.h"
 #include "opforge/module.h"
 
 namespace opf::focal_loss_cpu {
@@ -48,6 +50,7 @@ struct Forward {
   float* loss;
   void* grad;
   float alpha, gamma, smoothing;
+  int gamma_path;  // gamma's index in the manifest's jit_values [0, 1, 2]; 3: any other gamma
 };
 struct Backward {
   const opf_host* host;
@@ -175,10 +178,11 @@ void ForwardT(const Forward& a) {
       partial[size_t(t)] = rows_fn(a, k, t * chunk, std::min(a.rows, (t + 1) * chunk));
     });
   };
-  if (a.gamma == 0.0f) run(Rows<0, S>);
-  else if (a.gamma == 1.0f) run(Rows<1, S>);
-  else if (a.gamma == 2.0f) run(Rows<2, S>);
-  else run(Rows<-1, S>);
+  // a JIT module compiles only its variant's path (manifest jit_variant; cpu/variant.h)
+  opf::cpu::run_index<"gamma", 4>(a.gamma_path, [&](auto path) {
+    constexpr int kGamma = std::array{0, 1, 2, -1}[path];
+    run(Rows<kGamma, S>);
+  });
   double sum = 0;
   for (double p : partial) sum += p;  // task order: the same bits for any thread count
   *a.loss = float(sum / double(a.num_pos));
@@ -260,9 +264,23 @@ void forward(const opf_call* c, bool execute) {
     *loss = 0.0f;
     return;
   }
-  const Forward a{
-      c->host,        x.dtype,           rows, cols, p.real, x.data, labels, *num_pos, loss, grad, float(p.alpha),
-      float(p.gamma), float(p.smoothing)};
+  const Forward a{c->host,
+                  x.dtype,
+                  rows,
+                  cols,
+                  p.real,
+                  x.data,
+                  labels,
+                  *num_pos,
+                  loss,
+                  grad,
+                  float(p.alpha),
+                  float(p.gamma),
+                  float(p.smoothing),
+                  p.gamma == 0.0   ? 0
+                  : p.gamma == 1.0 ? 1
+                  : p.gamma == 2.0 ? 2
+                                   : 3};
   HWY_DYNAMIC_DISPATCH(RunForward)(a);
 }
 
