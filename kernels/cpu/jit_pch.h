@@ -1,5 +1,6 @@
-// The CPU JIT's precompiled header: the op-independent headers every CPU op module parses, which
-// are most of a cold JIT compile's front-end time (Highway alone is ~7 MB of headers). Meson
+// The CPU JIT's precompiled header: the system headers the CPU op modules parse (every module, or
+// a costly one some do), which are most of a cold JIT compile's front-end time (Highway alone is
+// ~7 MB of headers). Meson
 // compiles it (opf_jit_pch, kernels/meson.build) with exactly the JIT's flags; the loader
 // -includes it only while it is current (core/cpu_jit.h). No header of this source tree belongs
 // here: the JIT may compile another tree ($OPFORGE_SOURCE_DIR), whose headers must be the ones used.
@@ -16,7 +17,7 @@
 #include <exception>
 #include <initializer_list>
 #include <limits>
-#include <mutex>  // fused_dense: 40 ms of its front end, and ~nothing to the other modules
+#include <mutex>  // 40 ms of front end in a module that needs it; ~nothing in one that does not
 #include <optional>
 #include <span>
 #include <string_view>
@@ -27,4 +28,4 @@
 #include "hwy/highway.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
-#include "hwy/contrib/math/math-inl.h"  // the ops that call Highway's exp/log
+#include "hwy/contrib/math/math-inl.h"  // Highway's exp/log, 14-20 ms where used
