@@ -54,7 +54,7 @@ inline const char* dtype_str(int32_t t) { return t >= 0 && t < OPF_DTYPE_COUNT ?
 
 inline bool is_float_storage(int32_t t) { return t == OPF_F32 || t == OPF_F16 || t == OPF_BF16; }
 
-// A list argument's tensors. Not std::span: its C++20 concept checks cost clang ~25 ms of every
+// A list argument's tensors. Not std::span: its C++20 concept checks cost clang 22 ms of every
 // JIT module's front end, list op or not.
 class TensorList {
  public:

@@ -9,6 +9,7 @@
 // s with one (GCC 12 -O3).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <string_view>
@@ -85,6 +86,15 @@ void run_index(int64_t k, F&& f) {
   }
   (std::make_integer_sequence<int, Count>{});
   if (!ran) run_variant_missing(Name.view().data(), only, k);
+}
+
+// The index of v in values (a numeric param's manifest `jit_values`, as the op's kernels list them),
+// values.size() for any other value: run_index's k, the loader's variant (ParamInfo::jit_variant_of).
+template <class T, size_t N>
+constexpr int64_t value_index(const std::array<T, N>& values, T v) {
+  for (size_t i = 0; i < N; ++i)
+    if (values[i] == v) return int64_t(i);
+  return int64_t(N);
 }
 
 }  // namespace opf::cpu

@@ -129,6 +129,27 @@ class JitSpecialize : public ::testing::Test {
       if (fs::exists(e.path() / "module.so")) out.push_back(e.path() / "module.so");
     return out;
   }
+  // Calls every cached module once with each of two values of its variant param: each module must
+  // run exactly one and refuse the other. Returns the refusals, sorted.
+  template <class CallA, class CallB>
+  std::vector<std::string> refusals(CallA call_a, CallB call_b) const {
+    std::vector<std::string> whys;
+    for (const fs::path& so : modules()) {
+      void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+      EXPECT_NE(h, nullptr) << ::dlerror();
+      auto fn = h ? reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module")) : nullptr;
+      EXPECT_NE(fn, nullptr) << so;
+      if (!fn) continue;
+      const opf_module_info* variant = fn();
+      const std::string as_a = error_of([&] { call_a(variant); });
+      const std::string as_b = error_of([&] { call_b(variant); });
+      EXPECT_TRUE(as_a.empty() != as_b.empty())
+          << so << " ran both values or neither: '" << as_a << "' / '" << as_b << "'";
+      whys.push_back(as_a + as_b);
+    }
+    std::sort(whys.begin(), whys.end());
+    return whys;
+  }
 };
 
 TEST_F(JitSpecialize, EachPairCompilesAtItsFirstCallOnceAndMatchesTheWholeModule) {
@@ -286,21 +307,9 @@ TEST_F(JitVariant, AVariantsModuleRefusesTheOtherValue) {
   EXPECT_EQ(L.prepare(*op, "cpu", "forward", "f32", "relu=1,dropout_prob=0"), 1);
   EXPECT_NE(error_of([&] { L.prepare(*op, "cpu", "forward", "f32", "relu=2"); }).find("JIT variant 'relu=2'"),
             std::string::npos);
-  std::vector<std::string> whys;
-  for (const fs::path& so : modules()) {
-    void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(h, nullptr) << ::dlerror();
-    auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
-    ASSERT_NE(fn, nullptr);
-    const opf_module_info* variant = fn();
-    const std::string as_plain = error_of([&] { forward(variant, false); });
-    const std::string as_relu = error_of([&] { forward(variant, true); });
-    EXPECT_TRUE(as_plain.empty() != as_relu.empty())
-        << "a variant ran both values or neither: '" << as_plain << "' / '" << as_relu << "'";
-    whys.push_back(as_plain + as_relu);
-  }
+  const std::vector<std::string> whys = refusals([&](const opf_module_info* v) { forward(v, false); },
+                                                 [&](const opf_module_info* v) { forward(v, true); });
   ASSERT_EQ(whys.size(), 2u);
-  std::sort(whys.begin(), whys.end());
   EXPECT_NE(whys[0].find("this JIT module is the variant relu=0, called with relu=1"), std::string::npos) << whys[0];
   EXPECT_NE(whys[1].find("this JIT module is the variant relu=1, called with relu=0"), std::string::npos) << whys[1];
 }
@@ -354,21 +363,9 @@ TEST_F(JitValues, ListedValuesAndTheRestGetAModuleEach) {
   EXPECT_EQ(compiles(), c0 + 2) << "gamma 2 did not get a module of its own";
   EXPECT_TRUE(std::isfinite(two) && two > 0) << two;
 
-  std::vector<std::string> whys;
-  for (const fs::path& so : modules()) {
-    void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(h, nullptr) << ::dlerror();
-    auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
-    ASSERT_NE(fn, nullptr);
-    const opf_module_info* variant = fn();
-    const std::string as_two = error_of([&] { forward(variant, 2.0); });
-    const std::string as_other = error_of([&] { forward(variant, 0.5); });
-    EXPECT_TRUE(as_two.empty() != as_other.empty())
-        << "a variant ran both values or neither: '" << as_two << "' / '" << as_other << "'";
-    whys.push_back(as_two + as_other);
-  }
+  const std::vector<std::string> whys =
+      refusals([&](const opf_module_info* v) { forward(v, 2.0); }, [&](const opf_module_info* v) { forward(v, 0.5); });
   ASSERT_EQ(whys.size(), 2u);
-  std::sort(whys.begin(), whys.end());
   EXPECT_NE(whys[0].find("this JIT module is the variant gamma=2, called with gamma=3"), std::string::npos) << whys[0];
   EXPECT_NE(whys[1].find("this JIT module is the variant gamma=3, called with gamma=2"), std::string::npos) << whys[1];
 }

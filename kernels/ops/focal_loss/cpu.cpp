@@ -50,8 +50,12 @@ struct Forward {
   float* loss;
   void* grad;
   float alpha, gamma, smoothing;
-  int gamma_path;  // gamma's index in the manifest's jit_values [0, 1, 2]; 3: any other gamma
+  int64_t gamma_path;  // gamma's index in kGammaKernels; its size: any other gamma
 };
+// The gammas with kernels of their own (Element's kGamma); the manifest's jit_values for gamma
+// list the same values, so that the JIT builds a module for each (a mismatch: the module refuses
+// the call in one line).
+constexpr std::array<double, 3> kGammaKernels{0.0, 1.0, 2.0};
 struct Backward {
   const opf_host* host;
   int32_t dtype;
@@ -179,8 +183,8 @@ void ForwardT(const Forward& a) {
     });
   };
   // a JIT module compiles only its variant's path (manifest jit_variant; cpu/variant.h)
-  opf::cpu::run_index<"gamma", 4>(a.gamma_path, [&](auto path) {
-    constexpr int kGamma = std::array{0, 1, 2, -1}[path];
+  opf::cpu::run_index<"gamma", int(kGammaKernels.size()) + 1>(a.gamma_path, [&](auto path) {
+    constexpr int kGamma = path < int(kGammaKernels.size()) ? int(kGammaKernels[path]) : -1;
     run(Rows<kGamma, S>);
   });
   double sum = 0;
@@ -277,10 +281,7 @@ void forward(const opf_call* c, bool execute) {
                   float(p.alpha),
                   float(p.gamma),
                   float(p.smoothing),
-                  p.gamma == 0.0   ? 0
-                  : p.gamma == 1.0 ? 1
-                  : p.gamma == 2.0 ? 2
-                                   : 3};
+                  opf::cpu::value_index(kGammaKernels, p.gamma)};
   HWY_DYNAMIC_DISPATCH(RunForward)(a);
 }
 
