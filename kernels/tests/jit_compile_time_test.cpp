@@ -6,6 +6,11 @@
 // (core/loader.cpp): what a first call waits for is one such module's compile, timed cold for every
 // one (the op's number is its slowest). The whole module (OPFORGE_JIT_SPECIALIZE=0: everything in
 // one compile) is timed once beside it.
+// Each op's slowest module is then split into what its compile spends where, by compiling its
+// logged command twice more: with an empty source (the compiler's start, the PCH and whatever the
+// PCH leaves to every compile, the assembler and the link: "fixed") and with an entry name no
+// entry has (the op's host code: call(), checks, plans, but no kernel: "host"); "kernels" is the
+// rest.
 //   OPFORGE_JIT_TIME_REPS=n       cold compiles per pair (default 1: 30 compiles for 5 ops already)
 //   OPFORGE_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
 #include <sys/resource.h>
@@ -160,7 +165,8 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   ::unsetenv("OPFORGE_JIT_PCH");
 
   Sample base;
-  std::map<std::string, Sample> pair_time;  // "op entry dtype[ variant]"
+  std::map<std::string, Sample> pair_time;                    // "op entry dtype[ variant]"
+  std::map<std::string, std::vector<std::string>> pair_argv;  // its compile.log command, split at spaces
   std::map<std::string, Sample> whole, whole_nopch;
   std::map<std::string, bool> used_pch;
   double load_lo = 1e9, load_hi = 0;
@@ -185,6 +191,14 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     Sample& s = pair_time[key_of(op, entry, dtype, variant)];
     s.wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     s.cpu.push_back(children_cpu_seconds() - c0);
+    for (const auto& d : fs::directory_iterator(fs::path(std::getenv("OPFORGE_CACHE_DIR")) / op.name / "cpu"))
+      if (fs::exists(d.path() / "compile.log")) {
+        const std::string log = read_text(d.path() / "compile.log");
+        std::istringstream line(log.substr(0, log.find('\n')));
+        std::vector<std::string>& argv = pair_argv[key_of(op, entry, dtype, variant)];
+        argv.clear();
+        for (std::string a; line >> a;) argv.push_back(a);
+      }
   };
   auto cold_whole = [&](const OpInfo& op, Sample* s) {
     fresh_cache();
@@ -220,6 +234,51 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
       ::unsetenv("OPFORGE_JIT_PCH");
     }
   }
+  // each op's slowest module, split (see the top of the file)
+  const auto slowest = [&](const OpInfo& op) {
+    std::string key;
+    for (const EntryInfo& e : op.entries)
+      for (const std::string& dtype : op.dtypes)
+        for (const std::string& v : op.jit_variants(e.name)) {
+          const std::string k = key_of(op, e.name, dtype, v);
+          if (key.empty() || pair_time[k].median_wall() > pair_time[key].median_wall()) key = k;
+        }
+    return key;
+  };
+  struct Split {
+    Sample fixed, host;
+    std::string why_not;  // why there is no split
+  };
+  std::map<std::string, Split> split;
+  std::ofstream(tmp / "empty.cpp") << "// what every JIT compile pays before its source\n";
+  for (const OpInfo* op : ops) {
+    Split& sp = split[op->name];
+    std::vector<std::string> fixed = pair_argv[slowest(*op)], host;
+    const auto o = std::find(fixed.begin(), fixed.end(), "-o");
+    const auto entry = std::find_if(fixed.begin(), fixed.end(),
+                                    [](const std::string& a) { return a.starts_with("-DOPF_JIT_ENTRY="); });
+    // a path with a space in it would have split the logged command elsewhere
+    if (o == fixed.begin() || o == fixed.end() || o + 1 == fixed.end() || entry == fixed.end() ||
+        !fs::exists(*(o - 1))) {
+      sp.why_not = "its compile.log command does not split at spaces into an argv";
+      continue;
+    }
+    *(o + 1) = (tmp / "split.so").string();
+    host = fixed;
+    host[size_t(entry - fixed.begin())] = "-DOPF_JIT_ENTRY=\"opforge_no_such_entry\"";
+    *(o - 1) = (tmp / "empty.cpp").string();
+    for (int r = 0; r < reps && sp.why_not.empty(); ++r)
+      for (auto [argv, sample] : {std::pair{&fixed, &sp.fixed}, std::pair{&host, &sp.host}}) {
+        double cpu = 0;
+        const double w = run(*argv, &cpu);
+        if (w < 0) {
+          sp.why_not = "the " + std::string(sample == &sp.fixed ? "empty-source" : "host-only") + " compile failed";
+          break;
+        }
+        sample->wall.push_back(w);
+        sample->cpu.push_back(cpu);
+      }
+  }
   L.forget();
   fs::remove_all(tmp);
 
@@ -245,6 +304,11 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
         }
     std::printf("cold JIT %s (first call; slowest module, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
                 op->name.c_str(), worst_pair.c_str(), worst, y, worst / y);
+    const Split& sp = split[op->name];
+    if (sp.why_not.empty())
+      std::printf("  of which fixed (empty source) %.3f s, host code %.3f s, kernels %.3f s\n", sp.fixed.median_wall(),
+                  sp.host.median_wall() - sp.fixed.median_wall(), worst - sp.host.median_wall());
+    else std::printf("  no split: %s\n", sp.why_not.c_str());
     const Sample& w = whole[op->name];
     std::printf("  whole module (every pair in one compile, %s): %.3f s (CPU %.3f s)\n",
                 used_pch[op->name] ? "precompiled header" : "no precompiled header", w.median_wall(), w.median_cpu());
