@@ -13,7 +13,8 @@
 //   OPFORGE_JIT_SPECIALIZE=0     CPU JIT: one module with every entry and dtype, compiled at load,
 //                                instead of a module per (entry, dtype[, variant]) compiled at its
 //                                first call (variant: the values of the params the manifest marks
-//                                jit_variant for that entry)
+//                                jit_variant for that entry) and joined to the op's host code, one
+//                                module per op (cpu/dispatch.h)
 // One mutex serialises loads in a process (a compile blocks other loads of that process);
 // processes coordinate through the per-key flock in core/jit_cache.h.
 #include "common/sha256.h"
@@ -28,9 +29,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "build_config.h"
 #include "core/backend.h"
@@ -125,14 +129,22 @@ bool tuning_overridden(const OpInfo& op) {
   return o;
 }
 
-// One (entry, storage dtype, variant) specialization's source: the op's, with the macros of
-// cpu/storage.h and cpu/variant.h.
+// One (entry, storage dtype, variant) specialization's source: the op's kernels for it, with the
+// macros of cpu/dispatch.h, cpu/storage.h and cpu/variant.h.
 detail::JitSource pair_source(const OpInfo& op, std::string_view backend, const std::string& entry,
                               const std::string& dtype, const std::string& variant) {
   detail::JitSource src = jit_source(op, backend);
+  src.defines.push_back("OPF_JIT_KERNELS=\"" + op.name + "\"");
   src.defines.push_back("OPF_JIT_ENTRY=\"" + entry + "\"");
   src.defines.push_back("OPF_JIT_STORAGE=OPF_" + upper(dtype));
   if (!variant.empty()) src.defines.push_back("OPF_JIT_VARIANT=\"" + variant + "\"");
+  return src;
+}
+
+// The op's host code, which every pair's kernels run under (cpu/dispatch.h): compiled once per op.
+detail::JitSource host_source(const OpInfo& op, std::string_view backend) {
+  detail::JitSource src = jit_source(op, backend);
+  src.defines.push_back("OPF_JIT_HOST=1");
   return src;
 }
 
@@ -201,7 +213,12 @@ struct Loader::Impl {
 
   // JIT cache entry -> compile now. `what` names the module in messages ("layer_norm/cpu",
   // "layer_norm/cpu forward f16"). Called with mu held.
+  // Stats go to `st`: a host module loads on a thread of its own (specialization()).
   LoadedModule load_jit(const OpInfo& op, detail::Backend& be, const detail::JitSource& src, const std::string& what) {
+    return load_jit(op, be, src, what, stats);
+  }
+  LoadedModule load_jit(const OpInfo& op, detail::Backend& be, const detail::JitSource& src, const std::string& what,
+                        LoaderStats& st) {
     namespace jit = detail::jit;
     const jit::Key key = jit::compute_key(op, be, src);
     const std::string dir = cache_root() + "/" + op.name + "/" + be.name();
@@ -214,7 +231,7 @@ struct Loader::Impl {
     if (jit::check_entry(entry, artefact).valid) {
       m.info = be.open(op, m.path);
       m.source = ModuleSource::jit_cache;
-      ++stats.cache_hits;
+      ++st.cache_hits;
       return m;
     }
 
@@ -225,13 +242,13 @@ struct Loader::Impl {
     jit::KeyLock lock(lock_path, jit::lock_timeout_seconds(), &waited, [&](const std::string& holder) {
       verbose("waiting for JIT lock " + lock_path + " held by " + holder);
     });
-    if (waited) ++stats.lock_waits;
+    if (waited) ++st.lock_waits;
 
     const jit::EntryCheck check = jit::check_entry(entry, artefact);
     if (check.valid) {  // another process built it while we waited
       m.info = be.open(op, m.path);
       m.source = ModuleSource::jit_cache;
-      ++stats.cache_hits;
+      ++st.cache_hits;
       return m;
     }
     if (check.exists) {
@@ -241,7 +258,7 @@ struct Loader::Impl {
     }
     const std::string failed = entry + ".failed";
     if (waited) throw_if_failed_since(failed, wait_start, what);
-    compile_and_publish(op, be, src, key, dir, what);
+    compile_and_publish(op, be, src, key, dir, what, st);
     m.info = be.open(op, m.path);
     m.source = ModuleSource::jit_compiled;
     return m;
@@ -266,7 +283,8 @@ struct Loader::Impl {
   // Compiles into a temp dir beside the entry and renames it into place (sidecar last). A failed
   // compile becomes <key>.failed with its log. Called with the key's lock held.
   void compile_and_publish(const OpInfo& op, detail::Backend& be, const detail::JitSource& src,
-                           const detail::jit::Key& key, const std::string& dir, const std::string& what) {
+                           const detail::jit::Key& key, const std::string& dir, const std::string& what,
+                           LoaderStats& counts) {
     namespace jit = detail::jit;
     const std::string entry = dir + "/" + key.key, artefact = be.artefact_name(), failed = entry + ".failed";
     // Holding the key's lock means every other builder of this key is gone: their temp dirs
@@ -278,7 +296,7 @@ struct Loader::Impl {
     jit::Sidecar side{op.name, be.name(), key.key, "ok", artefact, 0, "", 0, &key, ""};
     verbose("JIT-compiling " + what + " into " + entry);
     const auto t0 = std::chrono::steady_clock::now();
-    ++stats.compiles;
+    ++counts.compiles;
     try {
       be.compile(op, src, tmp_art, tmp_log);
     } catch (const Error& e) {
@@ -325,6 +343,8 @@ struct Loader::Impl {
     detail::Backend* be = nullptr;
     std::string isa;                                        // the first module's
     std::map<std::string, const opf_module_info*> modules;  // "entry dtype[ variant]"; under impl->mu
+    const opf_module_info* host = nullptr;                  // the op's host code; under impl->mu
+    std::deque<opf_module_info> joined;                     // host + a pair's kernels; never erased
   };
   std::map<std::string, std::unique_ptr<Specialized>> specialized;  // "<op>/<backend>"; never erased
 
@@ -347,19 +367,55 @@ struct Loader::Impl {
     return m;
   }
 
-  // The module for one (entry, dtype, variant); compiles it when the cache has none.
+  // The module for one (entry, dtype, variant): the op's host module joined with the pair's kernels
+  // module (cpu/dispatch.h), each compiled when the cache has none. `compiled`: the pair's was.
   const opf_module_info* specialization(Specialized& s, const std::string& entry, const std::string& dtype,
-                                        const std::string& variant) {
+                                        const std::string& variant, bool* compiled = nullptr) {
     std::lock_guard lock(mu);
     const std::string key = entry + " " + dtype + (variant.empty() ? "" : " " + variant);
     if (auto it = s.modules.find(key); it != s.modules.end()) return it->second;
+    const std::string what = s.op.name + "/" + s.be->name();
     const detail::JitSource src = pair_source(s.op, s.be->name(), entry, dtype, variant);
-    const LoadedModule m = load_jit(s.op, *s.be, src, s.op.name + "/" + s.be->name() + " " + key);
-    if (s.modules.empty() && m.info->isa) {
-      s.isa = m.info->isa;
+    LoadedModule kernels;
+    if (!s.host) {
+      // The op's first pair: its host code compiles beside the pair's kernels, a compiler each.
+      LoaderStats host_stats;
+      LoadedModule host;
+      std::exception_ptr host_error;
+      std::thread host_thread([&] {
+        try {
+          host = load_jit(s.op, *s.be, host_source(s.op, s.be->name()), what + " host code", host_stats);
+        } catch (...) {
+          host_error = std::current_exception();
+        }
+      });
+      std::exception_ptr kernels_error;
+      try {
+        kernels = load_jit(s.op, *s.be, src, what + " " + key);
+      } catch (...) {
+        kernels_error = std::current_exception();
+      }
+      host_thread.join();
+      stats.cache_hits += host_stats.cache_hits;
+      stats.compiles += host_stats.compiles;
+      stats.lock_waits += host_stats.lock_waits;
+      if (host_error) std::rethrow_exception(host_error);
+      if (kernels_error) std::rethrow_exception(kernels_error);
+      s.host = host.info;
+    } else {
+      kernels = load_jit(s.op, *s.be, src, what + " " + key);
+    }
+    if (!kernels.info->impl)
+      throw Error("JIT module " + kernels.path + " holds no kernel table (not built with OPF_JIT_KERNELS)");
+    if (compiled) *compiled = kernels.source == ModuleSource::jit_compiled;
+    opf_module_info& joined = s.joined.emplace_back(*s.host);
+    joined.isa = kernels.info->isa;
+    joined.impl = kernels.info->impl;
+    if (s.modules.empty() && joined.isa) {
+      s.isa = joined.isa;
       s.info.isa = s.isa.c_str();  // set once, before any call through this module returns
     }
-    return s.modules[key] = m.info;
+    return s.modules[key] = &joined;
   }
 
   // The op's (entry, dtype, variant) modules, compiled or found now; an empty filter matches all.
@@ -372,9 +428,9 @@ struct Loader::Impl {
               (!variant.empty() && v != variant))
             continue;
           ++matched;
-          const int before = stats.compiles;
-          specialization(s, e.name, t, v);
-          compiled += stats.compiles - before;
+          bool pair_compiled = false;
+          specialization(s, e.name, t, v, &pair_compiled);
+          compiled += pair_compiled;
         }
     if (matched == 0)
       throw Error("op '" + s.op.name + "' has no entry '" + std::string(entry) + "' with dtype '" + std::string(dtype) +
@@ -498,6 +554,9 @@ CacheState Loader::cache_state(const OpInfo& op, std::string_view backend) const
             ++cs.pairs;
             cs.pairs_present += there;
           }
+      // the op's host code too: a cold first call compiles it
+      const std::string host = detail::jit::compute_key(op, *be, host_source(op, backend)).key;
+      cs.present = cs.present && detail::jit::check_entry(dir + host, be->artefact_name()).valid;
       cs.dir = dir + cs.key;
       return cs;
     }
@@ -527,7 +586,10 @@ void Loader::forget() {
   std::lock_guard lock(impl_->mu);
   impl_->loaded.clear();
   // specialized modules' tables stay valid (callers may hold them); their pairs are looked up again
-  for (auto& [id, s] : impl_->specialized) s->modules.clear();
+  for (auto& [id, s] : impl_->specialized) {
+    s->modules.clear();
+    s->host = nullptr;
+  }
 }
 
 }  // namespace opf

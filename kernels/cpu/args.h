@@ -24,9 +24,9 @@
 // An op's host code (its cpu.cpp's #if HWY_ONCE part: argument checks, planning, dispatch) sits
 // between OPF_HOST_CODE_BEGIN and OPF_HOST_CODE_END. JIT modules compile it unoptimized: it runs
 // once per call, and optimizing it was up to 10-15 % of a cold JIT compile (the ops with list
-// arguments, whose checks and plans are the longest). Host loops over elements that cost time (a
-// counting sort, a dropout mask) stay outside the region: END before them, BEGIN after. Prebuilt
-// modules optimize everything.
+// arguments, whose checks and plans are the longest; the op's host module compiles beside its
+// first pair's kernels, cpu/dispatch.h). Host loops over elements that cost time (a counting sort)
+// stay outside the region: END before them, BEGIN after. Prebuilt modules optimize everything.
 #if defined(OPF_JIT) && defined(__clang__)
 #define OPF_HOST_CODE_BEGIN _Pragma("clang optimize off")
 #define OPF_HOST_CODE_END _Pragma("clang optimize on")

@@ -58,7 +58,8 @@ bool with_storage(int32_t dtype, F&& f) {
 // needs one entry's kernels for one dtype, a sixth of a forward/backward op over f32/f16/bf16.
 // Such a module is built with -DOPF_JIT_ENTRY="<entry>" -DOPF_JIT_STORAGE=<dtype>; an op's kernels
 // are instantiated through run_storage<"entry">, which compiles only that pair's (everything
-// without these macros: prebuilt modules, peers).
+// without these macros: prebuilt modules, peers). The op's host code is a module of its own
+// (-DOPF_JIT_HOST: no kernels at all) that the loader joins to each pair's (cpu/dispatch.h).
 template <size_t N>
 struct EntryName {
   char text[N];
@@ -70,7 +71,9 @@ struct EntryName {
 
 template <EntryName E>
 constexpr bool entry_compiled() {
-#ifdef OPF_JIT_ENTRY
+#if defined(OPF_JIT_HOST)
+  return false;  // a JIT host module holds no kernels (cpu/dispatch.h)
+#elif defined(OPF_JIT_ENTRY)
   return E.view() == std::string_view(OPF_JIT_ENTRY);
 #else
   return true;

@@ -2,17 +2,16 @@
 // file measured in the same run, interleaved, so both see the same machine load. The goal: a cold
 // JIT of each op within 0.5 s, or within 2x the plain compile. Printed, not asserted: on a shared
 // machine the load of the moment moves these numbers by more than the margin.
-// A CPU JIT module is compiled per (entry, storage dtype[, variant]) at its first call
-// (core/loader.cpp): what a first call waits for is one such module's compile, timed cold for every
-// one (the op's number is its slowest). The whole module (OPFORGE_JIT_SPECIALIZE=0: everything in
-// one compile) is timed once beside it.
-// Each op's slowest module is then split into what its compile spends where, by compiling its
-// logged command twice more: with an empty source (the compiler's start, the PCH and whatever the
-// PCH leaves to every compile, the assembler and the link: "fixed") and with an entry name no
-// entry has (the op's host code: call(), checks, plans, but no kernel: "host"); "kernels" is the
-// rest.
-//   OPFORGE_JIT_TIME_REPS=n       cold compiles per pair (default 1: 30 compiles for 5 ops already)
-//   OPFORGE_JIT_TIME_NO_PCH=1     also time each op's whole module without the precompiled header
+// A CPU JIT module is compiled per (entry, storage dtype[, variant]) at its first call and holds
+// that pair's kernels only; the op's host code (checks, plans, the module table) is one module per
+// op, compiled beside the first pair's (core/loader.cpp, cpu/dispatch.h). So an op's first call
+// waits for two compilers at once, and every later pair's first call for one. Both are timed cold:
+// every pair alone (the op's host module already cached), and the first call of the op's slowest
+// pair (nothing cached). The whole module (OPFORGE_JIT_SPECIALIZE=0: everything in one compile) is
+// timed once beside them.
+// Each op's slowest pair is then split by compiling its logged command with an empty source (the
+// compiler's start, the PCH and whatever the PCH leaves to every compile, the assembler and the
+// link: "fixed"); "kernels" is the rest. The host module's logged command is timed on its own.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <spawn.h>
@@ -165,8 +164,10 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   ::unsetenv("OPFORGE_JIT_PCH");
 
   Sample base;
-  std::map<std::string, Sample> pair_time;   // "op entry dtype[ variant]"
-  std::map<std::string, fs::path> pair_log;  // its compile.log
+  std::map<std::string, Sample> pair_time;     // "op entry dtype[ variant]", the op's host code cached
+  std::map<std::string, fs::path> pair_log;    // its compile.log
+  std::map<std::string, Sample> first_call;    // op: its slowest pair and its host code, nothing cached
+  std::map<std::string, fs::path> host_entry;  // op: its host module's cache entry
   std::map<std::string, Sample> whole, whole_nopch;
   std::map<std::string, bool> used_pch;
   double load_lo = 1e9, load_hi = 0;
@@ -176,23 +177,39 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     ::setenv("OPFORGE_CACHE_DIR", (tmp / ("cache-" + std::to_string(tag++))).c_str(), 1);
     L.forget();
   };
+  auto op_cache = [](const OpInfo& op) { return fs::path(std::getenv("OPFORGE_CACHE_DIR")) / op.name / "cpu"; };
   auto key_of = [](const OpInfo& op, const std::string& entry, const std::string& dtype, const std::string& variant) {
     return op.name + " " + entry + " " + dtype + (variant.empty() ? "" : " " + variant);
   };
-  // one module, cold: what the first call of (entry, dtype, variant) waits for
-  auto cold_pair = [&](const OpInfo& op, const std::string& entry, const std::string& dtype,
-                       const std::string& variant) {
+  // One pair's first call, timed: `host` says whether the op's host module is compiled beside it
+  // (nothing cached) or found in the cache (a copy of the one the op's first call made).
+  auto cold_pair = [&](const OpInfo& op, const std::string& entry, const std::string& dtype, const std::string& variant,
+                       bool host, Sample* s) {
     fresh_cache();
     ::unsetenv("OPFORGE_JIT_SPECIALIZE");
+    const bool have_host = host_entry.count(op.name) > 0;
+    if (!host && have_host) {
+      fs::create_directories(op_cache(op));
+      fs::copy(host_entry[op.name], op_cache(op) / host_entry[op.name].filename(), fs::copy_options::recursive);
+    }
     EXPECT_EQ(L.load(op, "cpu").source, ModuleSource::jit_specialized) << op.name;
+    const int compiles = L.stats().compiles;
     const double c0 = children_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(L.prepare(op, "cpu", entry, dtype, variant), 1) << key_of(op, entry, dtype, variant);
-    Sample& s = pair_time[key_of(op, entry, dtype, variant)];
-    s.wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    s.cpu.push_back(children_cpu_seconds() - c0);
-    for (const auto& d : fs::directory_iterator(fs::path(std::getenv("OPFORGE_CACHE_DIR")) / op.name / "cpu"))
-      if (fs::exists(d.path() / "compile.log")) pair_log[key_of(op, entry, dtype, variant)] = d.path() / "compile.log";
+    s->wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s->cpu.push_back(children_cpu_seconds() - c0);
+    EXPECT_EQ(L.stats().compiles - compiles, host || !have_host ? 2 : 1) << key_of(op, entry, dtype, variant);
+    for (const auto& d : fs::directory_iterator(op_cache(op))) {
+      if (!fs::exists(d.path() / "compile.log")) continue;
+      if (read_text(d.path() / "compile.log").find("-DOPF_JIT_HOST") == std::string::npos)
+        pair_log[key_of(op, entry, dtype, variant)] = d.path() / "compile.log";
+      else if (!have_host) {  // kept for the op's other pairs
+        host_entry[op.name] = tmp / ("host-" + op.name) / d.path().filename();
+        fs::create_directories(host_entry[op.name].parent_path());
+        fs::copy(d.path(), host_entry[op.name], fs::copy_options::recursive);
+      }
+    }
   };
   auto cold_whole = [&](const OpInfo& op, Sample* s) {
     fresh_cache();
@@ -205,30 +222,7 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     EXPECT_EQ(m.source, ModuleSource::jit_compiled) << op.name;
     return m;
   };
-  for (int r = 0; r < reps; ++r) {
-    double loads[1];
-    if (::getloadavg(loads, 1) == 1) load_lo = std::min(load_lo, loads[0]), load_hi = std::max(load_hi, loads[0]);
-    double cpu = 0;
-    const double w = run(plain, &cpu);
-    ASSERT_GE(w, 0) << "the plain compile failed";
-    base.wall.push_back(w);
-    base.cpu.push_back(cpu);
-    for (const OpInfo* op : ops)
-      for (const EntryInfo& e : op->entries)
-        for (const std::string& dtype : op->dtypes)
-          for (const std::string& v : op->jit_variants(e.name)) cold_pair(*op, e.name, dtype, v);
-  }
-  for (const OpInfo* op : ops) {
-    const LoadedModule m = cold_whole(*op, &whole[op->name]);
-    used_pch[op->name] =
-        read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
-    if (no_pch_too) {
-      ::setenv("OPFORGE_JIT_PCH", "0", 1);
-      cold_whole(*op, &whole_nopch[op->name]);
-      ::unsetenv("OPFORGE_JIT_PCH");
-    }
-  }
-  // each op's slowest module, split (see the top of the file)
+  // each op's slowest pair
   const auto slowest = [&](const OpInfo& op) {
     std::string key;
     for (const EntryInfo& e : op.entries)
@@ -239,6 +233,44 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
         }
     return key;
   };
+  for (int r = 0; r < reps; ++r) {
+    double loads[1];
+    if (::getloadavg(loads, 1) == 1) load_lo = std::min(load_lo, loads[0]), load_hi = std::max(load_hi, loads[0]);
+    double cpu = 0;
+    const double w = run(plain, &cpu);
+    ASSERT_GE(w, 0) << "the plain compile failed";
+    base.wall.push_back(w);
+    base.cpu.push_back(cpu);
+    for (const OpInfo* op : ops) {
+      if (!host_entry.count(op->name)) {  // the op's host module, for its pairs (untimed)
+        Sample untimed;
+        const EntryInfo& e = op->entries.front();
+        cold_pair(*op, e.name, op->dtypes.front(), op->jit_variants(e.name).front(), true, &untimed);
+      }
+      for (const EntryInfo& e : op->entries)
+        for (const std::string& dtype : op->dtypes)
+          for (const std::string& v : op->jit_variants(e.name))
+            cold_pair(*op, e.name, dtype, v, false, &pair_time[key_of(*op, e.name, dtype, v)]);
+    }
+  }
+  for (int r = 0; r < reps; ++r)
+    for (const OpInfo* op : ops) {
+      const std::string k = slowest(*op);
+      for (const EntryInfo& e : op->entries)
+        for (const std::string& dtype : op->dtypes)
+          for (const std::string& v : op->jit_variants(e.name))
+            if (key_of(*op, e.name, dtype, v) == k) cold_pair(*op, e.name, dtype, v, true, &first_call[op->name]);
+    }
+  for (const OpInfo* op : ops) {
+    const LoadedModule m = cold_whole(*op, &whole[op->name]);
+    used_pch[op->name] =
+        read_text(fs::path(m.path).parent_path() / "compile.log").find(" -include ") != std::string::npos;
+    if (no_pch_too) {
+      ::setenv("OPFORGE_JIT_PCH", "0", 1);
+      cold_whole(*op, &whole_nopch[op->name]);
+      ::unsetenv("OPFORGE_JIT_PCH");
+    }
+  }
   struct Split {
     Sample fixed, host;
     std::string why_not;  // why there is no split
@@ -247,30 +279,32 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
   std::ofstream(tmp / "empty.cpp") << "// what every JIT compile pays before its source\n";
   for (const OpInfo* op : ops) {
     Split& sp = split[op->name];
-    // its logged command, split at spaces
-    const std::string log = read_text(pair_log[slowest(*op)]);
-    std::istringstream line(log.substr(0, log.find('\n')));
-    std::vector<std::string> fixed, host;
-    for (std::string a; line >> a;) fixed.push_back(a);
-    const auto o = std::find(fixed.begin(), fixed.end(), "-o");
-    const auto entry = std::find_if(fixed.begin(), fixed.end(),
-                                    [](const std::string& a) { return a.starts_with("-DOPF_JIT_ENTRY="); });
-    // a path with a space in it would have split the logged command elsewhere
-    if (o == fixed.begin() || o == fixed.end() || o + 1 == fixed.end() || entry == fixed.end() ||
-        !fs::exists(*(o - 1))) {
-      sp.why_not = "its compile.log command does not split at spaces into an argv";
+    // a logged command, split at spaces, compiling into tmp/split.so; `source`: its source instead
+    const auto argv_of = [&](const fs::path& log_path, const fs::path& source) {
+      const std::string log = read_text(log_path);
+      std::istringstream line(log.substr(0, log.find('\n')));
+      std::vector<std::string> argv;
+      for (std::string a; line >> a;) argv.push_back(a);
+      const auto o = std::find(argv.begin(), argv.end(), "-o");
+      // a path with a space in it would have split the logged command elsewhere
+      if (o == argv.begin() || o == argv.end() || o + 1 == argv.end() || !fs::exists(*(o - 1)))
+        return argv.clear(), argv;
+      *(o + 1) = (tmp / "split.so").string();
+      if (!source.empty()) *(o - 1) = source.string();
+      return argv;
+    };
+    const std::vector<std::string> fixed = argv_of(pair_log[slowest(*op)], tmp / "empty.cpp");
+    const std::vector<std::string> host = argv_of(host_entry[op->name] / "compile.log", {});
+    if (fixed.empty() || host.empty()) {
+      sp.why_not = "a compile.log command does not split at spaces into an argv";
       continue;
     }
-    *(o + 1) = (tmp / "split.so").string();
-    host = fixed;
-    host[size_t(entry - fixed.begin())] = "-DOPF_JIT_ENTRY=\"opforge_no_such_entry\"";
-    *(o - 1) = (tmp / "empty.cpp").string();
     for (int r = 0; r < reps && sp.why_not.empty(); ++r)
       for (auto [argv, sample] : {std::pair{&fixed, &sp.fixed}, std::pair{&host, &sp.host}}) {
         double cpu = 0;
         const double w = run(*argv, &cpu);
         if (w < 0) {
-          sp.why_not = "the " + std::string(sample == &sp.fixed ? "empty-source" : "host-only") + " compile failed";
+          sp.why_not = "the " + std::string(sample == &sp.fixed ? "empty-source" : "host module's") + " compile failed";
           break;
         }
         sample->wall.push_back(w);
@@ -300,20 +334,24 @@ TEST(JitCompileTime, EachCpuOpBesideAPlainCompile) {
     const std::string worst_key = slowest(*op);
     const double worst = pair_time[worst_key].median_wall();
     const std::string worst_pair = worst_key.substr(op->name.size() + 1);
-    std::printf("cold JIT %s (first call; slowest module, %s): %.3f s, plain g++ baseline: %.3f s, ratio %.1f\n",
-                op->name.c_str(), worst_pair.c_str(), worst, y, worst / y);
+    const double first = first_call[op->name].median_wall();
+    std::printf(
+        "cold JIT %s (slowest pair, %s): first call %.3f s (with the op's host code), later pair %.3f s; "
+        "plain g++ baseline: %.3f s, ratio %.1f / %.1f\n",
+        op->name.c_str(), worst_pair.c_str(), first, worst, y, first / y, worst / y);
     const Split& sp = split[op->name];
     if (sp.why_not.empty())
-      std::printf("  of which fixed (empty source) %.3f s, host code %.3f s, kernels %.3f s\n", sp.fixed.median_wall(),
-                  sp.host.median_wall() - sp.fixed.median_wall(), worst - sp.host.median_wall());
+      std::printf("  pair: fixed (empty source) %.3f s, kernels %.3f s; the op's host module alone: %.3f s\n",
+                  sp.fixed.median_wall(), worst - sp.fixed.median_wall(), sp.host.median_wall());
     else std::printf("  no split: %s\n", sp.why_not.c_str());
     const Sample& w = whole[op->name];
     std::printf("  whole module (every pair in one compile, %s): %.3f s (CPU %.3f s)\n",
                 used_pch[op->name] ? "precompiled header" : "no precompiled header", w.median_wall(), w.median_cpu());
     if (no_pch_too)
       std::printf("  whole module without the precompiled header: %.3f s\n", whole_nopch[op->name].median_wall());
-    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): %s\n", 2 * y,
-                worst <= 0.5 || worst <= 2 * y ? "met" : "not met");
+    const auto met = [&](double t) { return t <= 0.5 || t <= 2 * y ? "met" : "not met"; };
+    std::printf("  goal (<= 0.5 s, or <= 2x baseline = %.3f s): first call %s, later pairs %s\n", 2 * y, met(first),
+                met(worst));
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -123,24 +124,44 @@ class JitSpecialize : public ::testing::Test {
     if (!tmp.empty()) fs::remove_all(tmp);
   }
   int compiles() const { return Loader::instance().stats().compiles; }
-  std::vector<fs::path> modules() const {
+  static const opf_module_info* open(const fs::path& so) {
+    void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    EXPECT_NE(h, nullptr) << ::dlerror();
+    auto fn = h ? reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module")) : nullptr;
+    EXPECT_NE(fn, nullptr) << so;
+    return fn ? fn() : nullptr;
+  }
+  // The op's cached modules: its host code (`host`) or a pair's kernels, which hold a kernel table.
+  std::vector<fs::path> modules(bool host = false) const {
     std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(tmp / "cache" / op_name() / "cpu"))
-      if (fs::exists(e.path() / "module.so")) out.push_back(e.path() / "module.so");
+    for (const auto& e : fs::directory_iterator(tmp / "cache" / op_name() / "cpu")) {
+      const fs::path so = e.path() / "module.so";
+      if (!fs::exists(so)) continue;
+      const opf_module_info* m = open(so);
+      if (m && (m->impl == nullptr) == host) out.push_back(so);
+    }
     return out;
   }
+  // A pair's kernels module joined to the op's host module, as the loader joins them.
+  const opf_module_info* joined(const fs::path& kernels) {
+    const std::vector<fs::path> host = modules(true);
+    EXPECT_EQ(host.size(), 1u) << "the op's host code is not one cached module";
+    const opf_module_info* k = open(kernels);
+    if (host.size() != 1 || !k) return nullptr;
+    opf_module_info& j = joined_.emplace_back(*open(host[0]));
+    j.isa = k->isa;
+    j.impl = k->impl;
+    return &j;
+  }
+  std::deque<opf_module_info> joined_;
   // Calls every cached module once with each of two values of its variant param: each module must
   // run exactly one and refuse the other. Returns the refusals, sorted.
   template <class CallA, class CallB>
-  std::vector<std::string> refusals(CallA call_a, CallB call_b) const {
+  std::vector<std::string> refusals(CallA call_a, CallB call_b) {
     std::vector<std::string> whys;
     for (const fs::path& so : modules()) {
-      void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-      EXPECT_NE(h, nullptr) << ::dlerror();
-      auto fn = h ? reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module")) : nullptr;
-      EXPECT_NE(fn, nullptr) << so;
-      if (!fn) continue;
-      const opf_module_info* variant = fn();
+      const opf_module_info* variant = joined(so);
+      if (!variant) continue;
       const std::string as_a = error_of([&] { call_a(variant); });
       const std::string as_b = error_of([&] { call_b(variant); });
       EXPECT_TRUE(as_a.empty() != as_b.empty())
@@ -161,14 +182,15 @@ TEST_F(JitSpecialize, EachPairCompilesAtItsFirstCallOnceAndMatchesTheWholeModule
 
   Call f16(DType::f16, 1234), f32(DType::f32, 99);
   f16.forward(m.info);
-  EXPECT_EQ(compiles(), c0 + 1) << "forward f16 compiled more than its pair";
+  EXPECT_EQ(compiles(), c0 + 2) << "forward f16 compiled more than its pair and the op's host code";
   f16.forward(m.info);
-  EXPECT_EQ(compiles(), c0 + 1) << "the second call compiled again";
+  EXPECT_EQ(compiles(), c0 + 2) << "the second call compiled again";
   f16.backward(m.info);
   f32.forward(m.info);
   f32.backward(m.info);
-  EXPECT_EQ(compiles(), c0 + 4);
+  EXPECT_EQ(compiles(), c0 + 5) << "the host code compiled more than once";
   EXPECT_EQ(modules().size(), 4u) << "one cache entry per pair";
+  EXPECT_EQ(modules(true).size(), 1u) << "one cache entry for the op's host code";
   EXPECT_STRNE(m.info->isa, "host (JIT)") << "the pairs' target is not reported";
 
   // the whole module, from the same sources, on the same inputs
@@ -195,7 +217,7 @@ TEST_F(JitSpecialize, PrepareCompilesEveryPairOnceAndTheCacheServesTheNextProces
   L.forget();  // a fresh lookup: every pair is a cache hit
   const int hits = L.stats().cache_hits;
   EXPECT_EQ(L.prepare(*op, "cpu"), 0);
-  EXPECT_EQ(L.stats().cache_hits, hits + pairs);
+  EXPECT_EQ(L.stats().cache_hits, hits + pairs + 1) << "every pair and the op's host code";
   EXPECT_NE(error_of([&] { L.prepare(*op, "cpu", "sideways"); }).find("has no entry 'sideways'"), std::string::npos);
 }
 
@@ -226,11 +248,11 @@ TEST_F(JitSpecialize, APairsModuleRefusesAnotherDtypeInsteadOfLeavingOutputsUnto
   ASSERT_EQ(L.prepare(*op, "cpu", "forward", "f32"), 1);
   const auto found = modules();
   ASSERT_EQ(found.size(), 1u);
-  void* h = ::dlopen(found[0].c_str(), RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(h, nullptr) << ::dlerror();
-  auto fn = reinterpret_cast<opf_module_fn>(::dlsym(h, "opf_module"));
-  ASSERT_NE(fn, nullptr);
-  const opf_module_info* pair = fn();
+  const opf_module_info* pair = joined(found[0]);
+  ASSERT_NE(pair, nullptr);
+  char err[256] = {0};
+  opf_call any{"forward", nullptr, 0, nullptr, 0, nullptr, nullptr};
+  EXPECT_EQ(open(found[0])->run(open(found[0]), &any, err, sizeof err), 1) << "a kernels module ran on its own";
   Call f16(DType::f16, 7), f32(DType::f32, 7);
   const std::string why = error_of([&] { f16.forward(pair); });
   EXPECT_NE(why.find("entry 'forward' has no f16 kernels in this module"), std::string::npos) << why;
@@ -282,11 +304,11 @@ TEST_F(JitVariant, EachValueCompilesItsOwnModuleAtItsFirstCall) {
   const opf_module_info* m = L.load(*op, "cpu").info;
   const int c0 = compiles();
   const std::vector<float> plain = forward(m, false);
-  EXPECT_EQ(compiles(), c0 + 1);
+  EXPECT_EQ(compiles(), c0 + 2) << "the variant and the op's host code";
   const std::vector<float> relu = forward(m, true);
-  EXPECT_EQ(compiles(), c0 + 2) << "relu = true did not get a module of its own";
+  EXPECT_EQ(compiles(), c0 + 3) << "relu = true did not get a module of its own";
   EXPECT_EQ(forward(m, false), plain);
-  EXPECT_EQ(compiles(), c0 + 2) << "a variant compiled again";
+  EXPECT_EQ(compiles(), c0 + 3) << "a variant compiled again";
   EXPECT_EQ(modules().size(), 2u);
   size_t negative = 0;
   for (size_t i = 0; i < plain.size(); ++i) {
@@ -355,12 +377,12 @@ TEST_F(JitValues, ListedValuesAndTheRestGetAModuleEach) {
   const opf_module_info* m = L.load(*op, "cpu").info;
   const int c0 = compiles();
   const float general = forward(m, 1.5);
-  EXPECT_EQ(compiles(), c0 + 1);
+  EXPECT_EQ(compiles(), c0 + 2) << "the variant and the op's host code";
   EXPECT_TRUE(std::isfinite(general) && general > 0) << general;
   EXPECT_EQ(forward(m, 2.5), forward(m, 2.5));
-  EXPECT_EQ(compiles(), c0 + 1) << "gamma 2.5 is the same variant as 1.5";
+  EXPECT_EQ(compiles(), c0 + 2) << "gamma 2.5 is the same variant as 1.5";
   const float two = forward(m, 2.0);
-  EXPECT_EQ(compiles(), c0 + 2) << "gamma 2 did not get a module of its own";
+  EXPECT_EQ(compiles(), c0 + 3) << "gamma 2 did not get a module of its own";
   EXPECT_TRUE(std::isfinite(two) && two > 0) << two;
 
   const std::vector<std::string> whys =

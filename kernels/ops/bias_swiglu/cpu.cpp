@@ -237,10 +237,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::bias_swiglu_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::bias_swiglu_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::bias_swiglu_cpu {
 using namespace opf::cpu;
 
 // x: [N, 2H] with an even last dim; returns H.
@@ -265,7 +269,7 @@ void call(const opf_call* c, bool execute) {
               x.data,
               expect_arg(args, 1, "bias", x.dtype, {2 * h}).data,
               expect_arg(args, 2, "y", x.dtype, {n, h}).data};
-    if (execute && n > 0 && h > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    if (execute && n > 0 && h > 0) OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 5, 0);
     const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[N, H]");
@@ -283,7 +287,7 @@ void call(const opf_call* c, bool execute) {
                expect_arg(args, 4, "dbias", t, {2 * h}).data};
     if (execute && h > 0) {
       if (n > 0) {
-        HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+        OPF_DISPATCH(RunBackward)(a);
       } else {  // no rows: dbias is an empty sum
         std::memset(a.dbias, 0, size_t(2 * h) * dtype_size(DType(t)));
       }

@@ -224,10 +224,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::causal_softmax_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::causal_softmax_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::causal_softmax_cpu {
 using namespace opf::cpu;
 
 // The leading [attn_batches, sq, sk] tensor, with sq == sk.
@@ -248,7 +252,7 @@ void call(const opf_call* c, bool execute) {
     const int64_t b = x.shape[0], s = x.shape[1];
     if (x.data == nullptr && b * s > 0) failf("forward: argument 0 (x) has no data");
     Forward a{c->host, x.dtype, b, s, x.data, expect_arg(args, 1, "y", x.dtype, {b, s, s}).data, scale};
-    if (execute && b * s > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    if (execute && b * s > 0) OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 2, 1);
     const float scale = float(args.f64(0, "scale"));
@@ -256,7 +260,7 @@ void call(const opf_call* c, bool execute) {
     const int64_t b = dy.shape[0], s = dy.shape[1];
     if (dy.data == nullptr && b * s > 0) failf("backward: argument 0 (dy) has no data");
     Backward a{c->host, dy.dtype, b, s, dy.data, expect_arg(args, 1, "y", dy.dtype, {b, s, s}).data, scale};
-    if (execute && b * s > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    if (execute && b * s > 0) OPF_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (causal_softmax has forward, backward)", c->entry ? c->entry : "");
   }

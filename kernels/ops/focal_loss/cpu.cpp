@@ -213,10 +213,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::focal_loss_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::focal_loss_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::focal_loss_cpu {
 using namespace opf::cpu;
 
 struct CallParams {
@@ -282,7 +286,7 @@ void forward(const opf_call* c, bool execute) {
                   float(p.gamma),
                   float(p.smoothing),
                   opf::cpu::value_index(kGammaKernels, p.gamma)};
-  HWY_DYNAMIC_DISPATCH(RunForward)(a);
+  OPF_DISPATCH(RunForward)(a);
 }
 
 void backward(const opf_call* c, bool execute) {
@@ -294,7 +298,7 @@ void backward(const opf_call* c, bool execute) {
   if (pg.data == nullptr && numel(pg) > 0) failf("backward: argument 1 (partial_grad) has no data");
   if (!execute || numel(pg) == 0) return;
   const Backward a{c->host, pg.dtype, numel(pg), *g, *num_pos, pg.data};
-  HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+  OPF_DISPATCH(RunBackward)(a);
 }
 
 void call(const opf_call* c, bool execute) {

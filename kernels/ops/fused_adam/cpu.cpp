@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -153,12 +154,16 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::fused_adam_cpu {
+OPF_KERNEL_EXPORT(RunStep);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::fused_adam_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_adam_cpu {
-HWY_EXPORT(RunStep);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // Every tensor of list `name` (argument i) must have `dtype` and, when n is given, n[k] elements.
@@ -256,7 +261,7 @@ void call(const opf_call* c, bool execute) {
   }
   if (in_task > 0) a.task_start.push_back(int64_t(a.pieces.size()));
   if (a.pieces.empty()) return;
-  HWY_DYNAMIC_DISPATCH(RunStep)(a);
+  OPF_DISPATCH(RunStep)(a);
   if (a.nonfinite) *noop = 1;
 }
 

@@ -60,6 +60,7 @@ extern "C" void omp_set_num_threads(int) noexcept;
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch.h"
 #include "cpu/storage.h"
@@ -531,15 +532,19 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::fused_dense_cpu {
+OPF_KERNEL_EXPORT(RunLinearBiasForward);
+OPF_KERNEL_EXPORT(RunLinearBiasBackward);
+OPF_KERNEL_EXPORT(RunGeluForward);
+OPF_KERNEL_EXPORT(RunGeluBackward);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::fused_dense_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_dense_cpu {
-HWY_EXPORT(RunLinearBiasForward);
-HWY_EXPORT(RunLinearBiasBackward);
-HWY_EXPORT(RunGeluForward);
-HWY_EXPORT(RunGeluBackward);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // Size d of argument i, after checking that it is a 2-D tensor (its full shape is checked later).
@@ -607,10 +612,10 @@ void call(const opf_call* c, bool execute) {
         c->entry ? c->entry : "");
   }
   if (!execute) return;
-  if (entry == "linear_bias_forward") HWY_DYNAMIC_DISPATCH(RunLinearBiasForward)(a);
-  else if (entry == "linear_bias_backward") HWY_DYNAMIC_DISPATCH(RunLinearBiasBackward)(a);
-  else if (entry == "linear_gelu_linear_forward") HWY_DYNAMIC_DISPATCH(RunGeluForward)(a);
-  else HWY_DYNAMIC_DISPATCH(RunGeluBackward)(a);
+  if (entry == "linear_bias_forward") OPF_DISPATCH(RunLinearBiasForward)(a);
+  else if (entry == "linear_bias_backward") OPF_DISPATCH(RunLinearBiasBackward)(a);
+  else if (entry == "linear_gelu_linear_forward") OPF_DISPATCH(RunGeluForward)(a);
+  else OPF_DISPATCH(RunGeluBackward)(a);
 }
 
 }  // namespace opf::fused_dense_cpu

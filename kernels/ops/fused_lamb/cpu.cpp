@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "cpu/variant.h"
@@ -235,14 +236,18 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::fused_lamb_cpu {
+OPF_KERNEL_EXPORT(RunNorm);
+OPF_KERNEL_EXPORT(RunStage1);
+OPF_KERNEL_EXPORT(RunStage2);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::fused_lamb_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_lamb_cpu {
-HWY_EXPORT(RunNorm);
-HWY_EXPORT(RunStage1);
-HWY_EXPORT(RunStage2);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // Every tensor of list `name` must have `dtype` and as many elements as grads[k].
@@ -351,7 +356,7 @@ void call(const opf_call* c, bool execute) {
   plan(a, grads);
   if (a.pieces.empty()) return;
 
-  HWY_DYNAMIC_DISPATCH(RunNorm)(a);
+  OPF_DISPATCH(RunNorm)(a);
   bool nonfinite = false;
   for (float s : a.g2) nonfinite |= !std::isfinite(s);
   double g2 = 0;
@@ -360,7 +365,7 @@ void call(const opf_call* c, bool execute) {
   // a NaN G compares false (no clipping), an infinite one gives 0 (as apex's g / (G / mgn))
   const float rclip = G > a.mgn ? float(double(a.mgn) / double(G)) : 1.0f;
 
-  HWY_DYNAMIC_DISPATCH(RunStage1)(a, rclip);
+  OPF_DISPATCH(RunStage1)(a, rclip);
   if (a.trust) {
     const std::vector<double> p2 = per_tensor(a, a.p2), u2 = per_tensor(a, a.u2);
     a.ratio.assign(size_t(a.count), a.lr);
@@ -368,7 +373,7 @@ void call(const opf_call* c, bool execute) {
       const float pn = float(std::sqrt(p2[k])), un = float(std::sqrt(u2[k]));
       if (pn != 0 && un != 0) a.ratio[k] = a.lr * (pn / un);
     }
-    HWY_DYNAMIC_DISPATCH(RunStage2)(a);
+    OPF_DISPATCH(RunStage2)(a);
   }
   if (nonfinite) *static_cast<int32_t*>(flag.data) = 1;
 }

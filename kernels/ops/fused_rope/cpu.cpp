@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch.h"
 #include "cpu/storage.h"
@@ -320,23 +321,27 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::fused_rope_cpu {
+OPF_KERNEL_EXPORT(RunForward);
+OPF_KERNEL_EXPORT(RunBackward);
+OPF_KERNEL_EXPORT(RunForwardCached);
+OPF_KERNEL_EXPORT(RunBackwardCached);
+OPF_KERNEL_EXPORT(RunForwardCachedF32);
+OPF_KERNEL_EXPORT(RunBackwardCachedF32);
+OPF_KERNEL_EXPORT(RunForwardThd);
+OPF_KERNEL_EXPORT(RunBackwardThd);
+OPF_KERNEL_EXPORT(RunForward2d);
+OPF_KERNEL_EXPORT(RunBackward2d);
+OPF_KERNEL_EXPORT(RunForward2dF32);
+OPF_KERNEL_EXPORT(RunBackward2dF32);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::fused_rope_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_rope_cpu {
-HWY_EXPORT(RunForward);
-HWY_EXPORT(RunBackward);
-HWY_EXPORT(RunForwardCached);
-HWY_EXPORT(RunBackwardCached);
-HWY_EXPORT(RunForwardCachedF32);
-HWY_EXPORT(RunBackwardCachedF32);
-HWY_EXPORT(RunForwardThd);
-HWY_EXPORT(RunBackwardThd);
-HWY_EXPORT(RunForward2d);
-HWY_EXPORT(RunBackward2d);
-HWY_EXPORT(RunForward2dF32);
-HWY_EXPORT(RunBackward2dF32);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // out (argument i) must be t's shape and dtype, with non-negative strides that reach every element
@@ -492,11 +497,11 @@ void call_2d(const opf_call* c, bool execute, bool backward, bool cos_f32) {
   a.img_h = img_h, a.img_w = img_w;
   for (int k = 0; k < 4; ++k) a.tab[k] = args.tensor(k + 1, names[k]).data;
   if (backward) {
-    if (cos_f32) HWY_DYNAMIC_DISPATCH(RunBackward2dF32)(a);
-    else HWY_DYNAMIC_DISPATCH(RunBackward2d)(a);
+    if (cos_f32) OPF_DISPATCH(RunBackward2dF32)(a);
+    else OPF_DISPATCH(RunBackward2d)(a);
   } else {
-    if (cos_f32) HWY_DYNAMIC_DISPATCH(RunForward2dF32)(a);
-    else HWY_DYNAMIC_DISPATCH(RunForward2d)(a);
+    if (cos_f32) OPF_DISPATCH(RunForward2dF32)(a);
+    else OPF_DISPATCH(RunForward2d)(a);
   }
 }
 
@@ -568,15 +573,15 @@ void call(const opf_call* c, bool execute) {
   }
   if (!execute || numel(t) == 0) return;
   if (backward) {
-    if (thd) HWY_DYNAMIC_DISPATCH(RunBackwardThd)(a);
-    else if (cos_f32) HWY_DYNAMIC_DISPATCH(RunBackwardCachedF32)(a);
-    else if (cached) HWY_DYNAMIC_DISPATCH(RunBackwardCached)(a);
-    else HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    if (thd) OPF_DISPATCH(RunBackwardThd)(a);
+    else if (cos_f32) OPF_DISPATCH(RunBackwardCachedF32)(a);
+    else if (cached) OPF_DISPATCH(RunBackwardCached)(a);
+    else OPF_DISPATCH(RunBackward)(a);
   } else {
-    if (thd) HWY_DYNAMIC_DISPATCH(RunForwardThd)(a);
-    else if (cos_f32) HWY_DYNAMIC_DISPATCH(RunForwardCachedF32)(a);
-    else if (cached) HWY_DYNAMIC_DISPATCH(RunForwardCached)(a);
-    else HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    if (thd) OPF_DISPATCH(RunForwardThd)(a);
+    else if (cos_f32) OPF_DISPATCH(RunForwardCachedF32)(a);
+    else if (cached) OPF_DISPATCH(RunForwardCached)(a);
+    else OPF_DISPATCH(RunForward)(a);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -171,13 +172,17 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::fused_sgd_cpu {
+OPF_KERNEL_EXPORT(RunStep);
+OPF_KERNEL_EXPORT(RunStepWithCopy);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::fused_sgd_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_sgd_cpu {
-HWY_EXPORT(RunStep);
-HWY_EXPORT(RunStepWithCopy);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // Every tensor of list `name` must have `dtype` and as many elements as grads[k].
@@ -275,9 +280,9 @@ void call(const opf_call* c, bool execute) {
   if (in_task > 0) a.task_start.push_back(int64_t(a.pieces.size()));
   if (a.pieces.empty()) return;
   if (with_copy) {
-    HWY_DYNAMIC_DISPATCH(RunStepWithCopy)(a);
+    OPF_DISPATCH(RunStepWithCopy)(a);
   } else {
-    HWY_DYNAMIC_DISPATCH(RunStep)(a);
+    OPF_DISPATCH(RunStep)(a);
   }
 }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -185,14 +186,18 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::index_mul_2d_cpu {
+OPF_KERNEL_EXPORT(RunForward);
+OPF_KERNEL_EXPORT(RunBackward);
+OPF_KERNEL_EXPORT(RunDoubleBackward);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::index_mul_2d_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::index_mul_2d_cpu {
-HWY_EXPORT(RunForward);
-HWY_EXPORT(RunBackward);
-HWY_EXPORT(RunDoubleBackward);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // Every idx value is a row of in1; the first that is not fails the call.
@@ -236,7 +241,7 @@ void call(const opf_call* c, bool execute) {
     void* out = expect_arg(args, 3, "out", in1.dtype, {n, f}).data;
     check_idx("forward", idx, n, m);
     if (!execute || n == 0 || f == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)(Forward{c->host, in1.dtype, m, n, f, in1.data, in2.data, idx, out});
+    OPF_DISPATCH(RunForward)(Forward{c->host, in1.dtype, m, n, f, in1.data, in2.data, idx, out});
   } else if (entry == "backward" || entry == "double_backward") {
     // argument positions: backward (grad_out, in1, in2, idx, grad_in1, grad_in2);
     // double_backward (grad_grad_in1, grad_grad_in2, grad_out, in1, in2, idx, grad_grad_out,
@@ -265,10 +270,10 @@ void call(const opf_call* c, bool execute) {
     std::vector<int64_t> next(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < n; ++i) order[size_t(next[size_t(idx[i])]++)] = i;
     if (dbl) {
-      HWY_DYNAMIC_DISPATCH(RunDoubleBackward)
+      OPF_DISPATCH(RunDoubleBackward)
       (Backward{c->host, t, m, n, f, grad, gg2, gg1, in2.data, in1.data, ggo, g1, g2, start.data(), order.data()});
     } else {
-      HWY_DYNAMIC_DISPATCH(RunBackward)
+      OPF_DISPATCH(RunBackward)
       (Backward{c->host, t, m, n, f, grad, in2.data, in1.data, nullptr, nullptr, nullptr, g1, g2, start.data(),
                 order.data()});
     }

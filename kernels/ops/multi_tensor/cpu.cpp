@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/storage.h"
 #include "opforge/module.h"
@@ -204,14 +205,18 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::multi_tensor_cpu {
+OPF_KERNEL_EXPORT(RunScale);
+OPF_KERNEL_EXPORT(RunAxpby);
+OPF_KERNEL_EXPORT(RunNorm);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::multi_tensor_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::multi_tensor_cpu {
-HWY_EXPORT(RunScale);
-HWY_EXPORT(RunAxpby);
-HWY_EXPORT(RunNorm);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 using List = TensorList;
 
@@ -332,9 +337,9 @@ void elementwise(const opf_call* c, bool execute, bool axpby) {
   for (const opf_tensor& t : out) out_bytes += double(numel(t)) * double(dtype_size(DType(t.dtype)));
   w.stream = out_bytes >= double(OPF_TUNE_STREAM_MIN_BYTES);
   if (axpby) {
-    HWY_DYNAMIC_DISPATCH(RunAxpby)(w);
+    OPF_DISPATCH(RunAxpby)(w);
   } else {
-    HWY_DYNAMIC_DISPATCH(RunScale)(w);
+    OPF_DISPATCH(RunScale)(w);
   }
   if (w.nonfinite) *noop = 1;
 }
@@ -361,7 +366,7 @@ void l2norm(const opf_call* c, bool execute) {
   a.dtype = dtype;
   a.t = t.data();
   a.plan = make_plan(t);
-  if (!a.plan.pieces.empty()) HWY_DYNAMIC_DISPATCH(RunNorm)(a);
+  if (!a.plan.pieces.empty()) OPF_DISPATCH(RunNorm)(a);
   std::vector<double> sums(t.size(), 0.0);
   bool nonfinite = false;
   for (size_t k = 0; k < a.plan.pieces.size(); ++k) {

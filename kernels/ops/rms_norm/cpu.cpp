@@ -228,10 +228,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::rms_norm_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::rms_norm_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::rms_norm_cpu {
 using namespace opf::cpu;
 
 void call(const opf_call* c, bool execute) {
@@ -250,7 +254,7 @@ void call(const opf_call* c, bool execute) {
               expect_arg(args, 2, "y", t, {rows, cols}).data,
               static_cast<float*>(expect_arg(args, 3, "rstd", OPF_F32, {rows}).data),
               float(args.f64(0, "eps"))};
-    if (execute && rows > 0 && cols > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    if (execute && rows > 0 && cols > 0) OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 6, 1);
     const opf_tensor& dy = expect_lead(args, 0, "dy", 2, "[rows, cols]");
@@ -266,7 +270,7 @@ void call(const opf_call* c, bool execute) {
                static_cast<const float*>(expect_arg(args, 2, "rstd", OPF_F32, {rows}).data),
                expect_arg(args, 4, "dx", t, {rows, cols}).data,
                expect_arg(args, 5, "dgamma", t, {cols}).data};
-    if (execute && cols > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    if (execute && cols > 0) OPF_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (rms_norm has forward, backward)", c->entry ? c->entry : "");
   }

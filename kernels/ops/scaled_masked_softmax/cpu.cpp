@@ -206,10 +206,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::scaled_masked_softmax_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::scaled_masked_softmax_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::scaled_masked_softmax_cpu {
 using namespace opf::cpu;
 
 void call(const opf_call* c, bool execute) {
@@ -229,7 +233,7 @@ void call(const opf_call* c, bool execute) {
               static_cast<const uint8_t*>(expect_arg(args, 1, "mask", OPF_U8, {b, 1, sq, sk}).data),
               expect_arg(args, 2, "y", x.dtype, {b, np, sq, sk}).data,
               scale};
-    if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    if (execute && sk > 0) OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 2, 1);
     const float scale = float(args.f64(0, "scale"));
@@ -237,7 +241,7 @@ void call(const opf_call* c, bool execute) {
     const int64_t b = dy.shape[0], np = dy.shape[1], sq = dy.shape[2], sk = dy.shape[3];
     Backward a{c->host, dy.dtype, b * np * sq, sk, dy.data, expect_arg(args, 1, "y", dy.dtype, {b, np, sq, sk}).data,
                scale};
-    if (execute && sk > 0) HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    if (execute && sk > 0) OPF_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (scaled_masked_softmax has forward, backward)", c->entry ? c->entry : "");
   }

@@ -334,10 +334,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::softmax_xentropy_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::softmax_xentropy_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::softmax_xentropy_cpu {
 using namespace opf::cpu;
 
 // Every label is padding_idx or a class index; the first that is neither fails the call.
@@ -372,7 +376,7 @@ void call(const opf_call* c, bool execute) {
               padding_idx};
     check_labels("forward", a.labels, rows, cols, padding_idx);  // host data: supports() checks it too
     if (!execute || rows == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 5, 2);
     const double smoothing = args.f64(0, "smoothing");
@@ -395,7 +399,7 @@ void call(const opf_call* c, bool execute) {
                padding_idx};
     check_labels("backward", a.labels, rows, cols, padding_idx);
     if (!execute || rows == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    OPF_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (softmax_xentropy has forward, backward)", c->entry ? c->entry : "");
   }

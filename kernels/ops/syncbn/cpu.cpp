@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch.h"
 #include "cpu/storage.h"
@@ -527,16 +528,20 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::syncbn_cpu {
+OPF_KERNEL_EXPORT(RunWelford);
+OPF_KERNEL_EXPORT(RunReduce);
+OPF_KERNEL_EXPORT(RunForward);
+OPF_KERNEL_EXPORT(RunElemt);
+OPF_KERNEL_EXPORT(RunReluBackward);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::syncbn_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::syncbn_cpu {
-HWY_EXPORT(RunWelford);
-HWY_EXPORT(RunReduce);
-HWY_EXPORT(RunForward);
-HWY_EXPORT(RunElemt);
-HWY_EXPORT(RunReluBackward);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 constexpr int kParams = 3;  // eps, momentum, fuse_relu
@@ -647,7 +652,7 @@ void call(const opf_call* c, bool execute) {
       std::fill(k.o[1], k.o[1] + k.ch, 0.0f);
       return;
     }
-    HWY_DYNAMIC_DISPATCH(RunWelford)(k);
+    OPF_DISPATCH(RunWelford)(k);
   } else if (base == "forward" ||
              (last && (base == "forward_z" || base == "relu_backward" || base == "relu_backward_z"))) {
     // (dy,) x, (z,), mean, invstd, weight, bias, out
@@ -664,8 +669,8 @@ void call(const opf_call* c, bool execute) {
     k.out = const_cast<void*>(same_as_x(args, i, bw ? "dy_masked" : "y", k));
     k.relu = last && !bw && args.flag(2, "fuse_relu");
     if (!execute || k.n * k.ch * k.hw == 0) return;
-    if (bw) HWY_DYNAMIC_DISPATCH(RunReluBackward)(k);
-    else HWY_DYNAMIC_DISPATCH(RunForward)(k);
+    if (bw) OPF_DISPATCH(RunReluBackward)(k);
+    else OPF_DISPATCH(RunForward)(k);
   } else if (base == "backward_reduce") {
     const Args args(c, 8, kParams);
     k.dy = expect_x(args, 0, "dy", last, k).data;
@@ -679,7 +684,7 @@ void call(const opf_call* c, bool execute) {
       for (float* o : k.o) std::fill(o, o + k.ch, 0.0f);
       return;
     }
-    HWY_DYNAMIC_DISPATCH(RunReduce)(k);
+    OPF_DISPATCH(RunReduce)(k);
   } else if (base == "backward_elemt") {
     const Args args(c, 9, kParams);
     k.dy = expect_x(args, 0, "dy", last, k).data;
@@ -692,7 +697,7 @@ void call(const opf_call* c, bool execute) {
     int64_t kc = 0;
     k.count = counts(args, 7, kc, 0.0, "the gradient's mean needs at least 1 value in all");
     k.out = const_cast<void*>(same_as_x(args, 8, "dx", k));
-    if (execute && k.n * k.ch * k.hw > 0) HWY_DYNAMIC_DISPATCH(RunElemt)(k);
+    if (execute && k.n * k.ch * k.hw > 0) OPF_DISPATCH(RunElemt)(k);
   } else {
     failf(
         "unknown entry '%.40s' (syncbn has welford, welford_parallel, forward, backward_reduce, backward_elemt, "

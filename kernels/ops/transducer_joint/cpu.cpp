@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cpu/args.h"
+#include "cpu/dispatch.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch.h"
 #include "cpu/storage.h"
@@ -81,6 +82,15 @@ struct Backward {
   const void* g;
   void* df;
   void* dg;
+};
+// the dropout_mask entry: keep = (1 - p) 2^32
+struct DropoutMask {
+  const opf_host* host;
+  int32_t dtype;
+  Layout l;
+  uint64_t seed;
+  double keep;
+  uint8_t* mask;
 };
 }  // namespace opf::transducer_joint_cpu
 #endif  // OPF_TRANSDUCER_JOINT_CPU_COMMON
@@ -283,19 +293,75 @@ void RunBackward(const Backward& a) {
                [&](auto r, auto d) { BackwardT<decltype(s), decltype(r)::value, decltype(d)::value>(a); });
   });
 }
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011): the 4 words of counter {block, 0}, key `key`.
+struct PhiloxBlock {
+  uint32_t w[4];
+};
+inline PhiloxBlock philox(uint64_t block, uint64_t key) {
+  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t a = uint64_t(0xD2511F53u) * c0, b = uint64_t(0xCD9E8D57u) * c2;
+    const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ k0, n2 = uint32_t(a >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(b);
+    c3 = uint32_t(a);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;  // Weyl key schedule
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// The keep mask of the contract: element n (packed numbering) kept when its Philox word is below
+// keep = (1 - p) 2^32; unpacked don't-care rows 0.
+void GenerateMask(const opf_host* host, const Layout& l, uint64_t seed, double keep, uint8_t* mask) {
+  std::vector<int64_t> base(size_t(l.nb), 0);  // packed first row of b, also when h is unpacked
+  for (int64_t b = 1; b < l.nb; ++b) base[size_t(b)] = base[size_t(b - 1)] + int64_t(l.f_len[b - 1]) * l.g_len[b - 1];
+  const int64_t rows = l.nb * l.nt, nh = l.nh;
+  const int64_t chunk = opf::cpu::rows_per_task(rows, double(l.nu) * double(nh));
+  opf::cpu::parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
+      if (l.packed && t >= lf) continue;
+      uint8_t* out = mask + (l.batch_row(b) + t * l.row_stride_t(b)) * nh;
+      if (t >= lf) {
+        std::memset(out, 0, size_t(l.nu * nh));
+        continue;
+      }
+      const uint64_t n0 = uint64_t((base[size_t(b)] + t * lg) * nh), len = uint64_t(lg * nh);
+      PhiloxBlock blk = philox(n0 / 4, seed);
+      for (uint64_t i = 0; i < len; ++i) {
+        const uint64_t n = n0 + i;
+        if (n % 4 == 0) blk = philox(n / 4, seed);
+        out[i] = double(blk.w[n % 4]) < keep ? 1 : 0;
+      }
+      if (!l.packed && lg < l.nu) std::memset(out + lg * nh, 0, size_t((l.nu - lg) * nh));
+    }
+  });
+}
+// A kernel, not host code: the dropout_mask pair's JIT module holds it (cpu/dispatch.h).
+void RunDropoutMask(const DropoutMask& a) {
+  opf::cpu::run_storage<"dropout_mask">(a.dtype, [&](auto) { GenerateMask(a.host, a.l, a.seed, a.keep, a.mask); });
+}
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace opf::transducer_joint_cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace opf::transducer_joint_cpu {
+OPF_KERNEL_EXPORT(RunForward);
+OPF_KERNEL_EXPORT(RunBackward);
+OPF_KERNEL_EXPORT(RunDropoutMask);
+OPF_KERNEL_EXPORT(TargetName);
+const char* isa() { return OPF_DISPATCH(TargetName)(); }
+}  // namespace opf::transducer_joint_cpu
+#endif  // HWY_ONCE
+
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
 OPF_HOST_CODE_BEGIN
 namespace opf::transducer_joint_cpu {
-HWY_EXPORT(RunForward);
-HWY_EXPORT(RunBackward);
-HWY_EXPORT(TargetName);
-const char* isa() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
-
 using namespace opf::cpu;
 
 // f [B, T, H] (argument fi) and g [B, U, H] (argument fi + 1), the lengths and batch_offset
@@ -359,58 +425,6 @@ const uint8_t* expect_mask(const Args& args, int i, double p, const Layout& l, i
   return p > 0 ? static_cast<const uint8_t*>(data) : nullptr;
 }
 
-// The dropout mask below is per element: optimized in JIT modules too.
-OPF_HOST_CODE_END
-
-// Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011): the 4 words of counter {block, 0}, key `key`.
-struct PhiloxBlock {
-  uint32_t w[4];
-};
-inline PhiloxBlock philox(uint64_t block, uint64_t key) {
-  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t a = uint64_t(0xD2511F53u) * c0, b = uint64_t(0xCD9E8D57u) * c2;
-    const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ k0, n2 = uint32_t(a >> 32) ^ c3 ^ k1;
-    c1 = uint32_t(b);
-    c3 = uint32_t(a);
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;  // Weyl key schedule
-    k1 += 0xBB67AE85u;
-  }
-  return {{c0, c1, c2, c3}};
-}
-
-// The keep mask of the contract: element n (packed numbering) kept when its Philox word is below
-// keep = (1 - p) 2^32; unpacked don't-care rows 0.
-void generate_mask(const opf_host* host, const Layout& l, uint64_t seed, double keep, uint8_t* mask) {
-  std::vector<int64_t> base(size_t(l.nb), 0);  // packed first row of b, also when h is unpacked
-  for (int64_t b = 1; b < l.nb; ++b) base[size_t(b)] = base[size_t(b - 1)] + int64_t(l.f_len[b - 1]) * l.g_len[b - 1];
-  const int64_t rows = l.nb * l.nt, nh = l.nh;
-  const int64_t chunk = rows_per_task(rows, double(l.nu) * double(nh));
-  parallel_rows(host, rows, chunk, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / l.nt, t = r % l.nt, lf = l.f_len[b], lg = l.g_len[b];
-      if (l.packed && t >= lf) continue;
-      uint8_t* out = mask + (l.batch_row(b) + t * l.row_stride_t(b)) * nh;
-      if (t >= lf) {
-        std::memset(out, 0, size_t(l.nu * nh));
-        continue;
-      }
-      const uint64_t n0 = uint64_t((base[size_t(b)] + t * lg) * nh), len = uint64_t(lg * nh);
-      PhiloxBlock blk = philox(n0 / 4, seed);
-      for (uint64_t i = 0; i < len; ++i) {
-        const uint64_t n = n0 + i;
-        if (n % 4 == 0) blk = philox(n / 4, seed);
-        out[i] = double(blk.w[n % 4]) < keep ? 1 : 0;
-      }
-      if (!l.packed && lg < l.nu) std::memset(out + lg * nh, 0, size_t((l.nu - lg) * nh));
-    }
-  });
-}
-
-OPF_HOST_CODE_BEGIN
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   int64_t rows = 0;
@@ -424,7 +438,7 @@ void call(const opf_call* c, bool execute) {
     const uint8_t* mask = expect_mask(args, 5, p, l, rows);
     void* h = expect_joint(args, 6, "h", f.dtype, l, rows).data;
     if (!execute || l.nb * l.nt * l.nh == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)
+    OPF_DISPATCH(RunForward)
     (Forward{c->host, f.dtype, l, relu, f.data, args.tensor(1, "g").data, mask, scale, h});
   } else if (entry == "backward") {
     const Args args(c, 9, 4);
@@ -438,7 +452,7 @@ void call(const opf_call* c, bool execute) {
     void* df = expect_arg(args, 7, "grad_f", f.dtype, {l.nb, l.nt, l.nh}).data;
     void* dg = expect_arg(args, 8, "grad_g", f.dtype, {l.nb, l.nu, l.nh}).data;
     if (!execute || l.nb * l.nh == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunBackward)
+    OPF_DISPATCH(RunBackward)
     (Backward{c->host, f.dtype, l, relu, mask, scale, dh, f.data, args.tensor(2, "g").data, df, dg});
   } else if (entry == "dropout_mask") {
     const Args args(c, 6, 4);
@@ -450,9 +464,8 @@ void call(const opf_call* c, bool execute) {
     const opf_tensor& f = args.tensor(0, "f");
     void* mask = expect_joint(args, 5, "mask", OPF_U8, l, rows).data;
     if (!execute || l.nb * l.nt * l.nh == 0) return;
-    run_storage<"dropout_mask">(f.dtype, [&](auto) {
-      generate_mask(c->host, l, uint64_t(seed), (1.0 - p) * 4294967296.0, static_cast<uint8_t*>(mask));
-    });
+    OPF_DISPATCH(RunDropoutMask)
+    (DropoutMask{c->host, f.dtype, l, uint64_t(seed), (1.0 - p) * 4294967296.0, static_cast<uint8_t*>(mask)});
   } else {
     failf("unknown entry '%.40s' (transducer_joint has forward, backward, dropout_mask)", c->entry ? c->entry : "");
   }

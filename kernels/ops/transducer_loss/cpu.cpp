@@ -297,10 +297,14 @@ OPF_CPU_TARGET_ENTRIES()
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-OPF_HOST_CODE_BEGIN
 namespace opf::transducer_loss_cpu {
 OPF_CPU_EXPORT_ENTRIES()
+}  // namespace opf::transducer_loss_cpu
+#endif  // HWY_ONCE
 
+#if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
+OPF_HOST_CODE_BEGIN
+namespace opf::transducer_loss_cpu {
 using namespace opf::cpu;
 
 // Everything both entries share, checked before anything is written: shapes of x, label,
@@ -379,7 +383,7 @@ void call(const opf_call* c, bool execute) {
     a.g.start = k.start.data();
     a.dtype = g.dtype;
     if (!execute || g.B == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunForward)(a);
+    OPF_DISPATCH(RunForward)(a);
   } else if (entry == "backward") {
     const Args args(c, 9, 3);
     check(args, 0, 6, 4, 5, 7, 2, k);
@@ -399,7 +403,7 @@ void call(const opf_call* c, bool execute) {
     a.g.start = k.start.data();
     a.dtype = g.dtype;
     if (!execute || g.B == 0) return;
-    HWY_DYNAMIC_DISPATCH(RunBackward)(a);
+    OPF_DISPATCH(RunBackward)(a);
   } else {
     failf("unknown entry '%.40s' (transducer_loss has forward, backward)", c->entry ? c->entry : "");
   }
