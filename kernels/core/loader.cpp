@@ -344,6 +344,7 @@ struct Loader::Impl {
     std::string isa;                                        // the first module's
     std::map<std::string, const opf_module_info*> modules;  // "entry dtype[ variant]"; under impl->mu
     const opf_module_info* host = nullptr;                  // the op's host code; under impl->mu
+    std::string host_key;                                   // its cache key
     std::deque<opf_module_info> joined;                     // host + a pair's kernels; never erased
   };
   std::map<std::string, std::unique_ptr<Specialized>> specialized;  // "<op>/<backend>"; never erased
@@ -377,14 +378,17 @@ struct Loader::Impl {
     const std::string what = s.op.name + "/" + s.be->name();
     const detail::JitSource src = pair_source(s.op, s.be->name(), entry, dtype, variant);
     LoadedModule kernels;
-    if (!s.host) {
+    // The host module must come from the sources the pair's does: one edited since is loaded again.
+    const detail::JitSource host_src = host_source(s.op, s.be->name());
+    const std::string host_key = detail::jit::compute_key(s.op, *s.be, host_src).key;
+    if (!s.host || s.host_key != host_key) {
       // The op's first pair: its host code compiles beside the pair's kernels, a compiler each.
       LoaderStats host_stats;
       LoadedModule host;
       std::exception_ptr host_error;
       std::thread host_thread([&] {
         try {
-          host = load_jit(s.op, *s.be, host_source(s.op, s.be->name()), what + " host code", host_stats);
+          host = load_jit(s.op, *s.be, host_src, what + " host code", host_stats);
         } catch (...) {
           host_error = std::current_exception();
         }
@@ -402,6 +406,7 @@ struct Loader::Impl {
       if (host_error) std::rethrow_exception(host_error);
       if (kernels_error) std::rethrow_exception(kernels_error);
       s.host = host.info;
+      s.host_key = host_key;
     } else {
       kernels = load_jit(s.op, *s.be, src, what + " " + key);
     }

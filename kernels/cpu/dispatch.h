@@ -22,11 +22,12 @@
 // and its OPF_KERNEL_EXPORTs before it, under #if HWY_ONCE only. Prebuilt modules and unsplit JIT
 // modules (OPFORGE_JIT_SPECIALIZE=0) define neither macro: Highway's own export and dispatch.
 //
-// Include it with the op's common (once-only) headers; it defines macros and small types only, and
-// Highway's own headers must come after foreach_target.h.
+// Include it with the op's common (once-only) headers; it defines macros and small types (and a
+// JIT kernels module's opf_module()), and Highway's own headers must come after foreach_target.h.
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "cpu/storage.h"

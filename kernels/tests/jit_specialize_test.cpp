@@ -15,11 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "opforge/build_info.h"
 #include "opforge/call.h"
 #include "opforge/dtype.h"
 #include "opforge/error.h"
@@ -120,6 +122,7 @@ class JitSpecialize : public ::testing::Test {
   }
   void TearDown() override {
     ::unsetenv("OPFORGE_JIT_SPECIALIZE");
+    ::unsetenv("OPFORGE_SOURCE_DIR");
     Loader::instance().forget();
     if (!tmp.empty()) fs::remove_all(tmp);
   }
@@ -219,6 +222,32 @@ TEST_F(JitSpecialize, PrepareCompilesEveryPairOnceAndTheCacheServesTheNextProces
   EXPECT_EQ(L.prepare(*op, "cpu"), 0);
   EXPECT_EQ(L.stats().cache_hits, hits + pairs + 1) << "every pair and the op's host code";
   EXPECT_NE(error_of([&] { L.prepare(*op, "cpu", "sideways"); }).find("has no entry 'sideways'"), std::string::npos);
+}
+
+// The host module a pair joins comes from the sources the pair's kernels came from: after an edit
+// (here a comment appended to the op's cpu.cpp, in a copy of the tree), the next pair compiles
+// with the op's host code again, and the joined modules compute what they did before.
+TEST_F(JitSpecialize, AnEditedSourceBringsTheHostModuleAlongWithTheNextPair) {
+  const fs::path src = tmp / "src";
+  fs::create_directories(src);
+  fs::copy(build::source_root() + "/kernels", src / "kernels", fs::copy_options::recursive);
+  ::setenv("OPFORGE_SOURCE_DIR", src.c_str(), 1);
+  auto& L = Loader::instance();
+  L.forget();
+  const int c0 = compiles();
+  Call a(DType::f32, 5), b(DType::f32, 5);
+  a.forward(L.load(*op, "cpu").info);
+  EXPECT_EQ(compiles(), c0 + 2) << "forward f32 and the op's host code";
+  std::ofstream(src / "kernels" / "ops" / op_name() / "cpu.cpp", std::ios::app) << "// edited\n";
+  a.backward(L.load(*op, "cpu").info);
+  EXPECT_EQ(compiles(), c0 + 4) << "backward f32 after the edit: its pair and the host code again";
+  EXPECT_EQ(modules(true).size(), 2u) << "a host module per source state";
+  L.forget();
+  const opf_module_info* m = L.load(*op, "cpu").info;
+  b.forward(m);
+  b.backward(m);
+  EXPECT_EQ(compiles(), c0 + 5) << "forward from the edited sources; their host code and backward are cached";
+  EXPECT_EQ(a.outputs(), b.outputs());
 }
 
 TEST_F(JitSpecialize, CallsTheOpRejectsGetTheOpsOwnReason) {

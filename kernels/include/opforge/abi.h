@@ -105,7 +105,7 @@ typedef struct opf_module_info {
    * combination implemented); otherwise 1 and a one-line reason. May be NULL (supports all).
    * A call run() would reject as malformed is also unsupported here, with the same reason. */
   opf_run_fn supports;
-  void* impl; /* backend-private (GPU: the loaded code object); NULL for CPU */
+  void* impl; /* backend-private (GPU: the loaded code object; CPU JIT: a pair's kernels, cpu/dispatch.h) */
 } opf_module_info;
 
 typedef const opf_module_info* (*opf_module_fn)(void);

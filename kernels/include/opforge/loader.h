@@ -68,7 +68,8 @@ struct CacheState {
   bool present = false;  // published entry for that key exists
   std::string dir;       // <cache>/<op>/<backend>/<key>
   // A CPU JIT compiled per (entry, dtype[, variant]): key and dir are the first module's, present
-  // means every one's entry exists; pairs / pairs_present count them (0 for a whole-module JIT).
+  // means every one's entry exists, and the op's host module's; pairs / pairs_present count the
+  // pairs (0 for a whole-module JIT).
   int pairs = 0, pairs_present = 0;
 };
 
@@ -83,8 +84,9 @@ class Loader {
   CacheState cache_state(const OpInfo& op, std::string_view backend) const;
   // load(), then for a jit_specialized module its (entry, dtype[, variant]) modules now (compiled
   // or from the cache): all of them, or those of `entry` / `dtype` / `variant` (one of
-  // OpInfo::jit_variants) when given. Returns how many were compiled;
-  // 0 for other modules. Throws opf::Error like load(), or when nothing matches the filter.
+  // OpInfo::jit_variants) when given, and the op's host module with the first. Returns how many
+  // pairs' modules were compiled (the host module is not counted); 0 for other modules. Throws opf::Error like load(),
+  // or when nothing matches the filter.
   int prepare(const OpInfo& op, std::string_view backend, std::string_view entry = {}, std::string_view dtype = {},
               std::string_view variant = {});
   LoaderStats stats() const;
