@@ -9,7 +9,7 @@
 //                             one entry for one dtype) and TargetName.
 //   OPF_CPU_EXPORT_ENTRIES()  once (#if HWY_ONCE), in the op's namespace: the kernels' exports and
 //                             isa(), the target chosen on this CPU (JIT builds: the host target).
-// Other ops export each kernel with OPF_KERNEL_EXPORT(Run...) and TargetName the same way.
+// Other ops export each kernel with OPF_KERNEL_EXPORT(Run...), then OPF_CPU_EXPORT_TARGET().
 // Call a kernel with OPF_DISPATCH(RunForward)(args).
 //
 // The split. An op's host code (argument checks, plans, the module table) is the same in every
@@ -45,7 +45,11 @@
 #define OPF_CPU_EXPORT_ENTRIES()  \
   OPF_KERNEL_EXPORT(RunForward);  \
   OPF_KERNEL_EXPORT(RunBackward); \
-  OPF_KERNEL_EXPORT(TargetName);  \
+  OPF_CPU_EXPORT_TARGET()
+
+// After the op's own OPF_KERNEL_EXPORTs: TargetName's, and isa().
+#define OPF_CPU_EXPORT_TARGET()  \
+  OPF_KERNEL_EXPORT(TargetName); \
   const char* isa() { return OPF_DISPATCH(TargetName)(); }
 
 #if defined(OPF_JIT_KERNELS) && defined(OPF_JIT_HOST)
@@ -63,7 +67,11 @@ inline opf::module::KernelTable jit_kernels;  // this module's
 struct KernelExport {
   KernelExport(const char* name, void* fn, const char* isa) {
     auto& t = jit_kernels;
-    if (t.count == opf::module::KernelTable::kMax) std::abort();  // raise kMax: an op exports more
+    if (t.count == opf::module::KernelTable::kMax) {  // at dlopen(): no caller to fail to
+      std::fprintf(stderr, "opforge: %s: more than %d kernels in one module (raise KernelTable::kMax)\n", name,
+                   opf::module::KernelTable::kMax);
+      std::abort();
+    }
     t.entries[t.count++] = {name, fn};
     t.isa = isa;
   }

@@ -156,8 +156,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace opf::fused_adam_cpu {
 OPF_KERNEL_EXPORT(RunStep);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::fused_adam_cpu
 #endif  // HWY_ONCE
 

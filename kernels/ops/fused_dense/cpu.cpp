@@ -537,8 +537,7 @@ OPF_KERNEL_EXPORT(RunLinearBiasForward);
 OPF_KERNEL_EXPORT(RunLinearBiasBackward);
 OPF_KERNEL_EXPORT(RunGeluForward);
 OPF_KERNEL_EXPORT(RunGeluBackward);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::fused_dense_cpu
 #endif  // HWY_ONCE
 

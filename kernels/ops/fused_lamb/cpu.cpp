@@ -240,8 +240,7 @@ namespace opf::fused_lamb_cpu {
 OPF_KERNEL_EXPORT(RunNorm);
 OPF_KERNEL_EXPORT(RunStage1);
 OPF_KERNEL_EXPORT(RunStage2);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::fused_lamb_cpu
 #endif  // HWY_ONCE
 

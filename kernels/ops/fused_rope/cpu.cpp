@@ -334,8 +334,7 @@ OPF_KERNEL_EXPORT(RunForward2d);
 OPF_KERNEL_EXPORT(RunBackward2d);
 OPF_KERNEL_EXPORT(RunForward2dF32);
 OPF_KERNEL_EXPORT(RunBackward2dF32);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::fused_rope_cpu
 #endif  // HWY_ONCE
 

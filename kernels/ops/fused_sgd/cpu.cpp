@@ -175,8 +175,7 @@ HWY_AFTER_NAMESPACE();
 namespace opf::fused_sgd_cpu {
 OPF_KERNEL_EXPORT(RunStep);
 OPF_KERNEL_EXPORT(RunStepWithCopy);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::fused_sgd_cpu
 #endif  // HWY_ONCE
 

@@ -190,8 +190,7 @@ namespace opf::index_mul_2d_cpu {
 OPF_KERNEL_EXPORT(RunForward);
 OPF_KERNEL_EXPORT(RunBackward);
 OPF_KERNEL_EXPORT(RunDoubleBackward);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::index_mul_2d_cpu
 #endif  // HWY_ONCE
 

@@ -209,8 +209,7 @@ namespace opf::multi_tensor_cpu {
 OPF_KERNEL_EXPORT(RunScale);
 OPF_KERNEL_EXPORT(RunAxpby);
 OPF_KERNEL_EXPORT(RunNorm);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::multi_tensor_cpu
 #endif  // HWY_ONCE
 

@@ -534,8 +534,7 @@ OPF_KERNEL_EXPORT(RunReduce);
 OPF_KERNEL_EXPORT(RunForward);
 OPF_KERNEL_EXPORT(RunElemt);
 OPF_KERNEL_EXPORT(RunReluBackward);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::syncbn_cpu
 #endif  // HWY_ONCE
 

@@ -354,8 +354,7 @@ namespace opf::transducer_joint_cpu {
 OPF_KERNEL_EXPORT(RunForward);
 OPF_KERNEL_EXPORT(RunBackward);
 OPF_KERNEL_EXPORT(RunDropoutMask);
-OPF_KERNEL_EXPORT(TargetName);
-const char* isa() { return OPF_DISPATCH(TargetName)(); }
+OPF_CPU_EXPORT_TARGET()
 }  // namespace opf::transducer_joint_cpu
 #endif  // HWY_ONCE
 
