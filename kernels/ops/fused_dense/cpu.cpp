@@ -38,6 +38,17 @@
 #endif
 #ifndef OPF_FUSED_DENSE_CPU_COMMON
 #define OPF_FUSED_DENSE_CPU_COMMON
+// oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
+// with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
+// and instantiating them; the C header parses in ~0.03 s).
+#include <oneapi/dnnl/dnnl.h>
+
+// OpenMP's API, declared rather than #include <omp.h>: that header is the compiler's own (clang
+// finds none without libomp-dev, and the CPU JIT may be clang), and libgomp (the manifest's deps)
+// defines these two (nothrow, as omp.h declares them).
+extern "C" int omp_get_max_threads() noexcept;
+extern "C" void omp_set_num_threads(int) noexcept;
+
 #include <algorithm>
 #include <cmath>
 #include <compare>
@@ -56,8 +67,6 @@
 #include "opforge/module.h"
 
 namespace opf::fused_dense_cpu {
-struct GemmApi;
-
 // Every entry's arguments (unused ones null). Shapes: x [b, in], weight1 [hid, in],
 // weight2 [out, hid]; linear_bias uses weight1/bias1 as its weight/bias and y as [b, hid].
 struct Dense {
@@ -66,7 +75,6 @@ struct Dense {
   int64_t b, in, hid, out;
   const void *x, *w1, *b1, *w2, *b2, *dy, *h, *a;
   void *y, *a_out, *h_out, *dx, *dw1, *db1, *dw2, *db2;
-  const GemmApi* gemm;  // the GEMMs, host code
 };
 
 // A row-major f32 matrix as a GEMM operand: op(M) = M, or Mᵀ when trans.
@@ -74,6 +82,19 @@ struct Mat {
   const float* p;
   int64_t ld;
   bool trans;
+};
+
+// OpenMP (oneDNN's threading runtime) at one thread on this thread while in scope; the caller's
+// setting comes back after (nthreads-var is per thread: other threads are not affected).
+class OneOmpThread {
+ public:
+  OneOmpThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneOmpThread() { omp_set_num_threads(prev_); }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int prev_;
 };
 
 // One tile shape's GEMM: op(A) [m, k] (leading dimension lda) times op(B) [k, n] (ldb) into a
@@ -84,21 +105,134 @@ struct GemmShape {
   auto operator<=>(const GemmShape&) const = default;
 };
 
-// The GEMMs (oneDNN's matmul, cached per tile shape) are host code: the kernels call them through
-// this table (Dense::gemm), so a JIT module of kernels holds no copy of oneDNN's plumbing (it was a
-// third of one's compile) and the op's host module holds the one.
-struct GemmApi {
-  // the shape's matmul, made now (on the calling thread, where an error reaches the module boundary)
-  void (*prepare)(const GemmShape& s);
-  // tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n]
-  void (*tile)(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile);
+// A failed oneDNN call fails the op's call with its name and status (dnnl_status_t).
+inline void Check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) module::fail("fused_dense: oneDNN %s failed (dnnl_status_t %lld)", what, status);
+}
+
+inline dnnl_engine_t Engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    Check(dnnl_engine_create(&e, dnnl_cpu, 0), "dnnl_engine_create");
+    return e;
+  }();
+  return engine;
+}
+
+// The matmul for a tile shape, created once per process (creation JIT-compiles kernels: ms).
+// The scratchpad is the caller's (user mode): the library's shared one is not safe when
+// primitives run concurrently, as the tiles do.
+struct Gemm {
+  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
+  dnnl_primitive_t matmul = nullptr;
+  size_t scratch_bytes = 0;
+  Gemm() = default;
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  ~Gemm() {
+    if (matmul) dnnl_primitive_destroy(matmul);
+  }
 };
+
+inline std::shared_ptr<const Gemm> MakeGemm(const GemmShape& s) {
+  auto g = std::make_shared<Gemm>();
+  // strides in elements: op(A) row i, column p is at i*lda + p, or at p*lda + i when transposed
+  const dnnl_dims_t a_dims{s.m, s.k}, a_strides{s.ta ? 1 : s.lda, s.ta ? s.lda : 1};
+  const dnnl_dims_t b_dims{s.k, s.n}, b_strides{s.tb ? 1 : s.ldb, s.tb ? s.ldb : 1};
+  const dnnl_dims_t c_dims{s.m, s.n}, c_strides{s.n, 1};
+  Check(dnnl_memory_desc_init_by_strides(&g->a, 2, a_dims, dnnl_f32, a_strides), "dnnl_memory_desc_init_by_strides");
+  Check(dnnl_memory_desc_init_by_strides(&g->b, 2, b_dims, dnnl_f32, b_strides), "dnnl_memory_desc_init_by_strides");
+  Check(dnnl_memory_desc_init_by_strides(&g->c, 2, c_dims, dnnl_f32, c_strides), "dnnl_memory_desc_init_by_strides");
+  dnnl_matmul_desc_t desc;
+  Check(dnnl_matmul_desc_init(&desc, &g->a, &g->b, nullptr, &g->c), "dnnl_matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  Check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  dnnl_primitive_desc_t pd = nullptr;
+  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_desc_create(&pd, &desc, attr, Engine(), nullptr);
+  }
+  dnnl_primitive_attr_destroy(attr);
+  Check(st, "matmul primitive descriptor creation");
+  const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  g->scratch_bytes = scratch ? dnnl_memory_desc_get_size(scratch) : 0;
+  const dnnl_dims_t s_dims{dnnl_dim_t(g->scratch_bytes)}, s_strides{1};
+  if (g->scratch_bytes > 0) st = dnnl_memory_desc_init_by_strides(&g->scratch, 1, s_dims, dnnl_u8, s_strides);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_create(&g->matmul, pd);
+  }
+  dnnl_primitive_desc_destroy(pd);
+  Check(st, "matmul primitive creation");
+  return g;
+}
+
+// A process sees few tile shapes: a short list, searched in order, is the cache.
+inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
+  static std::mutex mu;
+  static std::vector<std::pair<GemmShape, std::shared_ptr<const Gemm>>> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [shape, gemm] : cache)
+    if (shape == s) return gemm;
+  // a process that sees many shapes: keep the working set bounded (calls in flight hold their own
+  // references)
+  if (cache.size() >= 256) cache.clear();
+  auto g = MakeGemm(s);
+  cache.emplace_back(s, g);
+  return g;
+}
 
 // Per thread and slot (cpu/scratch.h): dH alone is 32 MiB at 2048 x 4096, and a fresh buffer per call
 // cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first two
 // slots (their tile and its GEMM's scratchpad); the calling thread the others.
 enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
 inline float* Scratch(Slot slot, size_t n) { return opf::cpu::thread_scratch<Slot, kSlots>(n, slot); }
+
+// This thread's oneDNN stream, destroyed with the thread.
+class ThreadStream {
+ public:
+  ThreadStream() { Check(dnnl_stream_create(&stream_, Engine(), dnnl_stream_default_flags), "dnnl_stream_create"); }
+  ~ThreadStream() { dnnl_stream_destroy(stream_); }
+  ThreadStream(const ThreadStream&) = delete;
+  ThreadStream& operator=(const ThreadStream&) = delete;
+  dnnl_stream_t get() const { return stream_; }
+
+ private:
+  dnnl_stream_t stream_ = nullptr;
+};
+
+// tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
+inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     float* tile) {
+  const int64_t m = i1 - i0, n = j1 - j0;
+  if (k == 0) {  // an empty sum
+    std::fill(tile, tile + m * n, 0.0f);
+    return;
+  }
+  const auto g = GemmFor({m, n, k, A.ld, B.ld, A.trans, B.trans});
+  const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
+  const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
+  thread_local const ThreadStream stream;
+  // the memory objects wrap the caller's buffers for this one execution
+  dnnl_exec_arg_t args[4] = {
+      {DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}, {DNNL_ARG_SCRATCHPAD, nullptr}};
+  const int nargs = g->scratch_bytes > 0 ? 4 : 3;
+  void* const handles[4] = {const_cast<float*>(a), const_cast<float*>(b), tile,
+                            nargs == 4 ? Scratch(kGemm, (g->scratch_bytes + 3) / 4) : nullptr};
+  const dnnl_memory_desc_t* descs[4] = {&g->a, &g->b, &g->c, &g->scratch};
+  dnnl_status_t st = dnnl_success;
+  for (int i = 0; i < nargs && st == dnnl_success; ++i)
+    st = dnnl_memory_create(&args[i].memory, descs[i], Engine(), handles[i]);
+  if (st == dnnl_success) {
+    const OneOmpThread one;
+    st = dnnl_primitive_execute(g->matmul, stream.get(), nargs, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream.get());
+  }
+  for (int i = 0; i < nargs; ++i)
+    if (args[i].memory) dnnl_memory_destroy(args[i].memory);
+  Check(st, "matmul execution");
+}
 
 // Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
 // makes about 4 tiles per dimension (pool work); from the shape alone.
@@ -216,7 +350,7 @@ const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_
 // C [m, n] = op(A)·op(B) in tiles; epi(i0, i1, j0, j1, tile) consumes each tile (row-major,
 // leading dimension j1 - j0) on the task that computed it.
 template <class Epi>
-void Tiled(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, Epi&& epi) {
+void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, Epi&& epi) {
   if (m <= 0 || n <= 0) return;
   const int64_t tm = TileEdge(m, OPF_TUNE_TILE_M), tn = TileEdge(n, OPF_TUNE_TILE_N);
   const int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn;
@@ -225,21 +359,21 @@ void Tiled(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n, int
   if (k > 0)
     for (const int64_t tile_m : {tm, m - (mt - 1) * tm})
       for (const int64_t tile_n : {tn, n - (nt - 1) * tn})
-        if (tile_m <= m && tile_n <= n) a.gemm->prepare({tile_m, tile_n, k, A.ld, B.ld, A.trans, B.trans});
-  opf::cpu::parallel_for(a.host, mt * nt, [&](int64_t t) {
+        if (tile_m <= m && tile_n <= n) GemmFor({tile_m, tile_n, k, A.ld, B.ld, A.trans, B.trans});
+  opf::cpu::parallel_for(host, mt * nt, [&](int64_t t) {
     const int64_t i0 = (t / nt) * tm, j0 = (t % nt) * tn;
     const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
     float* tile = Scratch(kTile, size_t(tm * tn));
-    a.gemm->tile(A, B, k, i0, i1, j0, j1, tile);
+    GemmTile(A, B, k, i0, i1, j0, j1, tile);
     epi(i0, i1, j0, j1, tile);
   });
 }
 
 // out [m, n] (T) = the tiles rounded, plus bias[j] (f32) when given.
 template <class S>
-void GemmStore(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, const float* bias,
+void GemmStore(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, const float* bias,
                void* out) {
-  Tiled(a, A, B, m, n, k, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
+  Tiled(host, A, B, m, n, k, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
     const DF d;
     const size_t w = size_t(j1 - j0);
     for (int64_t i = i0; i < i1; ++i) {
@@ -286,7 +420,7 @@ void LinearBiasForwardT(const Dense& a) {
   const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
   const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
   const std::vector<float> bias = WidenVec<S>(a.b1, a.hid);
-  GemmStore<S>(a, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
+  GemmStore<S>(a.host, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
 }
 
 template <class S>
@@ -294,8 +428,8 @@ void LinearBiasBackwardT(const Dense& a) {
   const float* dy = Widened<S>(a.host, a.dy, a.b, a.hid, kDy);
   const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
   const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
-  GemmStore<S>(a, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
-  GemmStore<S>(a, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
+  GemmStore<S>(a.host, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
+  GemmStore<S>(a.host, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
   ColumnSums<S>(a.host, dy, a.b, a.hid, a.db1);
 }
 
@@ -313,7 +447,7 @@ void GeluForwardT(const Dense& a) {
     act = Scratch(kAct, size_t(std::max<int64_t>(a.b * a.hid, 1)));
   }
   const int64_t hid = a.hid;
-  Tiled(a, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
+  Tiled(a.host, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
         [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
           const DF d;
           const size_t w = size_t(j1 - j0);
@@ -329,7 +463,7 @@ void GeluForwardT(const Dense& a) {
             if constexpr (!std::is_same_v<S, float>) StoreRow(d, arow, static_cast<S*>(a.a_out) + i * hid + j0, w);
           }
         });
-  GemmStore<S>(a, {act, hid, false}, {w2, hid, true}, a.b, a.out, hid, b2.data(), a.y);
+  GemmStore<S>(a.host, {act, hid, false}, {w2, hid, true}, a.b, a.out, hid, b2.data(), a.y);
 }
 
 template <class S>
@@ -340,7 +474,7 @@ void GeluBackwardT(const Dense& a) {
   const float* act = Widened<S>(a.host, a.a, b, hid, kA);
   const float* w1 = Widened<S>(a.host, a.w1, hid, a.in, kW1);
   const float* w2 = Widened<S>(a.host, a.w2, a.out, hid, kW2);
-  GemmStore<S>(a, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
+  GemmStore<S>(a.host, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
   ColumnSums<S>(a.host, dy, b, a.out, a.db2);
 
   // dH = (dy·w2) ⊙ GELU'(h), kept in f32; its column sums (dbias1) come from the same tile pass:
@@ -350,7 +484,7 @@ void GeluBackwardT(const Dense& a) {
   const int64_t tm = TileEdge(b, OPF_TUNE_TILE_M), row_tiles = (b + tm - 1) / tm;
   std::vector<double> totals(size_t(row_tiles * hid), 0.0);
   const S* hs = static_cast<const S*>(a.h);
-  Tiled(a, {dy, a.out, false}, {w2, hid, false}, b, hid, a.out,
+  Tiled(a.host, {dy, a.out, false}, {w2, hid, false}, b, hid, a.out,
         [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
           const DF d;
           const size_t w = size_t(j1 - j0);
@@ -376,8 +510,8 @@ void GeluBackwardT(const Dense& a) {
     for (int64_t t = 0; t < row_tiles; ++t) s += totals[size_t(t * hid + j)];
     db1[j] = from_f32<S>(float(s));
   }
-  GemmStore<S>(a, {dh, hid, true}, {x, a.in, false}, hid, a.in, b, nullptr, a.dw1);
-  GemmStore<S>(a, {dh, hid, false}, {w1, a.in, false}, b, a.in, hid, nullptr, a.dx);
+  GemmStore<S>(a.host, {dh, hid, true}, {x, a.in, false}, hid, a.in, b, nullptr, a.dw1);
+  GemmStore<S>(a.host, {dh, hid, false}, {w1, a.in, false}, b, a.in, hid, nullptr, a.dx);
 }
 
 void RunLinearBiasForward(const Dense& a) {
@@ -408,157 +542,6 @@ OPF_CPU_EXPORT_TARGET()
 #endif  // HWY_ONCE
 
 #if HWY_ONCE && OPF_HOST_PART  // the host code: not in a JIT kernels module (cpu/dispatch.h)
-// oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
-// with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
-// and instantiating them; the C header parses in ~0.03 s).
-#include <oneapi/dnnl/dnnl.h>
-
-// OpenMP's API, declared rather than #include <omp.h>: that header is the compiler's own (clang
-// finds none without libomp-dev, and the CPU JIT may be clang), and libgomp (the manifest's deps)
-// defines these two (nothrow, as omp.h declares them).
-extern "C" int omp_get_max_threads() noexcept;
-extern "C" void omp_set_num_threads(int) noexcept;
-
-namespace opf::fused_dense_cpu {
-// OpenMP (oneDNN's threading runtime) at one thread on this thread while in scope; the caller's
-// setting comes back after (nthreads-var is per thread: other threads are not affected).
-class OneOmpThread {
- public:
-  OneOmpThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~OneOmpThread() { omp_set_num_threads(prev_); }
-  OneOmpThread(const OneOmpThread&) = delete;
-  OneOmpThread& operator=(const OneOmpThread&) = delete;
-
- private:
-  int prev_;
-};
-
-// A failed oneDNN call fails the op's call with its name and status (dnnl_status_t).
-inline void Check(dnnl_status_t status, const char* what) {
-  if (status != dnnl_success) module::fail("fused_dense: oneDNN %s failed (dnnl_status_t %lld)", what, status);
-}
-
-inline dnnl_engine_t Engine() {
-  static const dnnl_engine_t engine = [] {
-    dnnl_engine_t e = nullptr;
-    Check(dnnl_engine_create(&e, dnnl_cpu, 0), "dnnl_engine_create");
-    return e;
-  }();
-  return engine;
-}
-
-// The matmul for a tile shape, created once per process (creation JIT-compiles kernels: ms).
-// The scratchpad is the caller's (user mode): the library's shared one is not safe when
-// primitives run concurrently, as the tiles do.
-struct Gemm {
-  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
-  dnnl_primitive_t matmul = nullptr;
-  size_t scratch_bytes = 0;
-  Gemm() = default;
-  Gemm(const Gemm&) = delete;
-  Gemm& operator=(const Gemm&) = delete;
-  ~Gemm() {
-    if (matmul) dnnl_primitive_destroy(matmul);
-  }
-};
-
-inline std::shared_ptr<const Gemm> MakeGemm(const GemmShape& s) {
-  auto g = std::make_shared<Gemm>();
-  // strides in elements: op(A) row i, column p is at i*lda + p, or at p*lda + i when transposed
-  const dnnl_dims_t a_dims{s.m, s.k}, a_strides{s.ta ? 1 : s.lda, s.ta ? s.lda : 1};
-  const dnnl_dims_t b_dims{s.k, s.n}, b_strides{s.tb ? 1 : s.ldb, s.tb ? s.ldb : 1};
-  const dnnl_dims_t c_dims{s.m, s.n}, c_strides{s.n, 1};
-  Check(dnnl_memory_desc_init_by_strides(&g->a, 2, a_dims, dnnl_f32, a_strides), "dnnl_memory_desc_init_by_strides");
-  Check(dnnl_memory_desc_init_by_strides(&g->b, 2, b_dims, dnnl_f32, b_strides), "dnnl_memory_desc_init_by_strides");
-  Check(dnnl_memory_desc_init_by_strides(&g->c, 2, c_dims, dnnl_f32, c_strides), "dnnl_memory_desc_init_by_strides");
-  dnnl_matmul_desc_t desc;
-  Check(dnnl_matmul_desc_init(&desc, &g->a, &g->b, nullptr, &g->c), "dnnl_matmul_desc_init");
-  dnnl_primitive_attr_t attr = nullptr;
-  Check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
-  dnnl_primitive_desc_t pd = nullptr;
-  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success) {
-    const OneOmpThread one;
-    st = dnnl_primitive_desc_create(&pd, &desc, attr, Engine(), nullptr);
-  }
-  dnnl_primitive_attr_destroy(attr);
-  Check(st, "matmul primitive descriptor creation");
-  const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  g->scratch_bytes = scratch ? dnnl_memory_desc_get_size(scratch) : 0;
-  const dnnl_dims_t s_dims{dnnl_dim_t(g->scratch_bytes)}, s_strides{1};
-  if (g->scratch_bytes > 0) st = dnnl_memory_desc_init_by_strides(&g->scratch, 1, s_dims, dnnl_u8, s_strides);
-  if (st == dnnl_success) {
-    const OneOmpThread one;
-    st = dnnl_primitive_create(&g->matmul, pd);
-  }
-  dnnl_primitive_desc_destroy(pd);
-  Check(st, "matmul primitive creation");
-  return g;
-}
-
-// A process sees few tile shapes: a short list, searched in order, is the cache.
-inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
-  static std::mutex mu;
-  static std::vector<std::pair<GemmShape, std::shared_ptr<const Gemm>>> cache;
-  const std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [shape, gemm] : cache)
-    if (shape == s) return gemm;
-  // a process that sees many shapes: keep the working set bounded (calls in flight hold their own
-  // references)
-  if (cache.size() >= 256) cache.clear();
-  auto g = MakeGemm(s);
-  cache.emplace_back(s, g);
-  return g;
-}
-
-// This thread's oneDNN stream, destroyed with the thread.
-class ThreadStream {
- public:
-  ThreadStream() { Check(dnnl_stream_create(&stream_, Engine(), dnnl_stream_default_flags), "dnnl_stream_create"); }
-  ~ThreadStream() { dnnl_stream_destroy(stream_); }
-  ThreadStream(const ThreadStream&) = delete;
-  ThreadStream& operator=(const ThreadStream&) = delete;
-  dnnl_stream_t get() const { return stream_; }
-
- private:
-  dnnl_stream_t stream_ = nullptr;
-};
-
-// tile[i1 - i0, j1 - j0] = rows [i0, i1) of op(A) [m, k] times columns [j0, j1) of op(B) [k, n].
-inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     float* tile) {
-  const int64_t m = i1 - i0, n = j1 - j0;
-  if (k == 0) {  // an empty sum
-    std::fill(tile, tile + m * n, 0.0f);
-    return;
-  }
-  const auto g = GemmFor({m, n, k, A.ld, B.ld, A.trans, B.trans});
-  const float* a = A.trans ? A.p + i0 : A.p + i0 * A.ld;
-  const float* b = B.trans ? B.p + j0 * B.ld : B.p + j0;
-  thread_local const ThreadStream stream;
-  // the memory objects wrap the caller's buffers for this one execution
-  dnnl_exec_arg_t args[4] = {
-      {DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}, {DNNL_ARG_SCRATCHPAD, nullptr}};
-  const int nargs = g->scratch_bytes > 0 ? 4 : 3;
-  void* const handles[4] = {const_cast<float*>(a), const_cast<float*>(b), tile,
-                            nargs == 4 ? Scratch(kGemm, (g->scratch_bytes + 3) / 4) : nullptr};
-  const dnnl_memory_desc_t* descs[4] = {&g->a, &g->b, &g->c, &g->scratch};
-  dnnl_status_t st = dnnl_success;
-  for (int i = 0; i < nargs && st == dnnl_success; ++i)
-    st = dnnl_memory_create(&args[i].memory, descs[i], Engine(), handles[i]);
-  if (st == dnnl_success) {
-    const OneOmpThread one;
-    st = dnnl_primitive_execute(g->matmul, stream.get(), nargs, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(stream.get());
-  }
-  for (int i = 0; i < nargs; ++i)
-    if (args[i].memory) dnnl_memory_destroy(args[i].memory);
-  Check(st, "matmul execution");
-}
-
-constexpr GemmApi kGemmApi{[](const GemmShape& s) { GemmFor(s); }, GemmTile};
-}  // namespace opf::fused_dense_cpu
-
 OPF_HOST_CODE_BEGIN
 namespace opf::fused_dense_cpu {
 using namespace opf::cpu;
@@ -574,7 +557,6 @@ void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   Dense a{};
   a.host = c->host;
-  a.gemm = &kGemmApi;
   if (entry == "linear_bias_forward") {
     const Args args(c, 4, 0);
     const opf_tensor& x = expect_lead(args, 0, "x", 2, "[batch, in]");
