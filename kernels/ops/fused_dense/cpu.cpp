@@ -38,17 +38,6 @@
 #endif
 #ifndef OPF_FUSED_DENSE_CPU_COMMON
 #define OPF_FUSED_DENSE_CPU_COMMON
-// oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
-// with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
-// and instantiating them; the C header parses in ~0.03 s).
-#include <oneapi/dnnl/dnnl.h>
-
-// OpenMP's API, declared rather than #include <omp.h>: that header is the compiler's own (clang
-// finds none without libomp-dev, and the CPU JIT may be clang), and libgomp (the manifest's deps)
-// defines these two (nothrow, as omp.h declares them).
-extern "C" int omp_get_max_threads() noexcept;
-extern "C" void omp_set_num_threads(int) noexcept;
-
 #include <algorithm>
 #include <cmath>
 #include <compare>
@@ -67,6 +56,30 @@ extern "C" void omp_set_num_threads(int) noexcept;
 #include "opforge/module.h"
 
 namespace opf::fused_dense_cpu {
+// A row-major f32 matrix as a GEMM operand: op(M) = M, or Mᵀ when trans.
+struct Mat {
+  const float* p;
+  int64_t ld;
+  bool trans;
+};
+
+// One tile shape's GEMM: op(A) [m, k] (leading dimension lda) times op(B) [k, n] (ldb) into a
+// dense [m, n] tile.
+struct GemmShape {
+  int64_t m, n, k, lda, ldb;
+  bool ta, tb;
+  auto operator<=>(const GemmShape&) const = default;
+};
+
+// The GEMMs as a CPU JIT kernels module reaches them: the oneDNN plumbing below (the matmul cache,
+// per-thread streams, the OpenMP guard) is host code there, compiled once per op in the JIT's host
+// module rather than in every pair's kernels module (it was a third of one's compile). Prebuilt
+// and unsplit modules call it directly (GemmPrepare / GemmRun below), as before.
+struct GemmApi {
+  void (*prepare)(const GemmShape& s);  // the shape's matmul, made now (on the calling thread)
+  void (*tile)(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile);
+};
+
 // Every entry's arguments (unused ones null). Shapes: x [b, in], weight1 [hid, in],
 // weight2 [out, hid]; linear_bias uses weight1/bias1 as its weight/bias and y as [b, hid].
 struct Dense {
@@ -75,15 +88,29 @@ struct Dense {
   int64_t b, in, hid, out;
   const void *x, *w1, *b1, *w2, *b2, *dy, *h, *a;
   void *y, *a_out, *h_out, *dx, *dw1, *db1, *dw2, *db2;
+  const GemmApi* gemm;  // a CPU JIT host module's GEMMs (null elsewhere)
 };
 
-// A row-major f32 matrix as a GEMM operand: op(M) = M, or Mᵀ when trans.
-struct Mat {
-  const float* p;
-  int64_t ld;
-  bool trans;
-};
+// Per thread and slot (cpu/scratch.h): dH alone is 32 MiB at 2048 x 4096, and a fresh buffer per call
+// cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first two
+// slots (their tile and its GEMM's scratchpad); the calling thread the others.
+enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
+inline float* Scratch(Slot slot, size_t n) { return opf::cpu::thread_scratch<Slot, kSlots>(n, slot); }
+}  // namespace opf::fused_dense_cpu
 
+#ifndef OPF_JIT_KERNELS  // the oneDNN plumbing: host code in a split CPU JIT (GemmApi)
+// oneDNN's C API, not dnnl.hpp: the C++ header and the std::map / std::unordered_map it was used
+// with were most of a cold JIT compile of this module (one entry's: 2.1 s, of it ~1 s parsing
+// and instantiating them; the C header parses in ~0.03 s).
+#include <oneapi/dnnl/dnnl.h>
+
+// OpenMP's API, declared rather than #include <omp.h>: that header is the compiler's own (clang
+// finds none without libomp-dev, and the CPU JIT may be clang), and libgomp (the manifest's deps)
+// defines these two (nothrow, as omp.h declares them).
+extern "C" int omp_get_max_threads() noexcept;
+extern "C" void omp_set_num_threads(int) noexcept;
+
+namespace opf::fused_dense_cpu {
 // OpenMP (oneDNN's threading runtime) at one thread on this thread while in scope; the caller's
 // setting comes back after (nthreads-var is per thread: other threads are not affected).
 class OneOmpThread {
@@ -95,14 +122,6 @@ class OneOmpThread {
 
  private:
   int prev_;
-};
-
-// One tile shape's GEMM: op(A) [m, k] (leading dimension lda) times op(B) [k, n] (ldb) into a
-// dense [m, n] tile.
-struct GemmShape {
-  int64_t m, n, k, lda, ldb;
-  bool ta, tb;
-  auto operator<=>(const GemmShape&) const = default;
 };
 
 // A failed oneDNN call fails the op's call with its name and status (dnnl_status_t).
@@ -183,12 +202,6 @@ inline std::shared_ptr<const Gemm> GemmFor(const GemmShape& s) {
   return g;
 }
 
-// Per thread and slot (cpu/scratch.h): dH alone is 32 MiB at 2048 x 4096, and a fresh buffer per call
-// cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first two
-// slots (their tile and its GEMM's scratchpad); the calling thread the others.
-enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
-inline float* Scratch(Slot slot, size_t n) { return opf::cpu::thread_scratch<Slot, kSlots>(n, slot); }
-
 // This thread's oneDNN stream, destroyed with the thread.
 class ThreadStream {
  public:
@@ -233,6 +246,23 @@ inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t 
     if (args[i].memory) dnnl_memory_destroy(args[i].memory);
   Check(st, "matmul execution");
 }
+}  // namespace opf::fused_dense_cpu
+#endif  // OPF_JIT_KERNELS
+
+namespace opf::fused_dense_cpu {
+#if defined(OPF_JIT_KERNELS) || defined(OPF_JIT_HOST)
+inline void GemmPrepare(const Dense& a, const GemmShape& s) { a.gemm->prepare(s); }
+inline void GemmRun(const Dense& a, const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0,
+                    int64_t j1, float* tile) {
+  a.gemm->tile(A, B, k, i0, i1, j0, j1, tile);
+}
+#else
+inline void GemmPrepare(const Dense&, const GemmShape& s) { GemmFor(s); }
+inline void GemmRun(const Dense&, const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                    float* tile) {
+  GemmTile(A, B, k, i0, i1, j0, j1, tile);
+}
+#endif
 
 // Tile edge for a dimension of n: the tune maximum, or smaller so that a small problem still
 // makes about 4 tiles per dimension (pool work); from the shape alone.
@@ -350,7 +380,7 @@ const float* Widened(const opf_host* host, const void* src, int64_t rows, int64_
 // C [m, n] = op(A)·op(B) in tiles; epi(i0, i1, j0, j1, tile) consumes each tile (row-major,
 // leading dimension j1 - j0) on the task that computed it.
 template <class Epi>
-void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, Epi&& epi) {
+void Tiled(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, Epi&& epi) {
   if (m <= 0 || n <= 0) return;
   const int64_t tm = TileEdge(m, OPF_TUNE_TILE_M), tn = TileEdge(n, OPF_TUNE_TILE_N);
   const int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn;
@@ -359,21 +389,21 @@ void Tiled(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t 
   if (k > 0)
     for (const int64_t tile_m : {tm, m - (mt - 1) * tm})
       for (const int64_t tile_n : {tn, n - (nt - 1) * tn})
-        if (tile_m <= m && tile_n <= n) GemmFor({tile_m, tile_n, k, A.ld, B.ld, A.trans, B.trans});
-  opf::cpu::parallel_for(host, mt * nt, [&](int64_t t) {
+        if (tile_m <= m && tile_n <= n) GemmPrepare(a, {tile_m, tile_n, k, A.ld, B.ld, A.trans, B.trans});
+  opf::cpu::parallel_for(a.host, mt * nt, [&](int64_t t) {
     const int64_t i0 = (t / nt) * tm, j0 = (t % nt) * tn;
     const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
     float* tile = Scratch(kTile, size_t(tm * tn));
-    GemmTile(A, B, k, i0, i1, j0, j1, tile);
+    GemmRun(a, A, B, k, i0, i1, j0, j1, tile);
     epi(i0, i1, j0, j1, tile);
   });
 }
 
 // out [m, n] (T) = the tiles rounded, plus bias[j] (f32) when given.
 template <class S>
-void GemmStore(const opf_host* host, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, const float* bias,
+void GemmStore(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n, int64_t k, const float* bias,
                void* out) {
-  Tiled(host, A, B, m, n, k, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
+  Tiled(a, A, B, m, n, k, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
     const DF d;
     const size_t w = size_t(j1 - j0);
     for (int64_t i = i0; i < i1; ++i) {
@@ -420,7 +450,7 @@ void LinearBiasForwardT(const Dense& a) {
   const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
   const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
   const std::vector<float> bias = WidenVec<S>(a.b1, a.hid);
-  GemmStore<S>(a.host, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
+  GemmStore<S>(a, {x, a.in, false}, {w, a.in, true}, a.b, a.hid, a.in, bias.data(), a.y);
 }
 
 template <class S>
@@ -428,8 +458,8 @@ void LinearBiasBackwardT(const Dense& a) {
   const float* dy = Widened<S>(a.host, a.dy, a.b, a.hid, kDy);
   const float* x = Widened<S>(a.host, a.x, a.b, a.in, kX);
   const float* w = Widened<S>(a.host, a.w1, a.hid, a.in, kW1);
-  GemmStore<S>(a.host, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
-  GemmStore<S>(a.host, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
+  GemmStore<S>(a, {dy, a.hid, false}, {w, a.in, false}, a.b, a.in, a.hid, nullptr, a.dx);
+  GemmStore<S>(a, {dy, a.hid, true}, {x, a.in, false}, a.hid, a.in, a.b, nullptr, a.dw1);
   ColumnSums<S>(a.host, dy, a.b, a.hid, a.db1);
 }
 
@@ -447,7 +477,7 @@ void GeluForwardT(const Dense& a) {
     act = Scratch(kAct, size_t(std::max<int64_t>(a.b * a.hid, 1)));
   }
   const int64_t hid = a.hid;
-  Tiled(a.host, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
+  Tiled(a, {x, a.in, false}, {w1, a.in, true}, a.b, hid, a.in,
         [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
           const DF d;
           const size_t w = size_t(j1 - j0);
@@ -463,7 +493,7 @@ void GeluForwardT(const Dense& a) {
             if constexpr (!std::is_same_v<S, float>) StoreRow(d, arow, static_cast<S*>(a.a_out) + i * hid + j0, w);
           }
         });
-  GemmStore<S>(a.host, {act, hid, false}, {w2, hid, true}, a.b, a.out, hid, b2.data(), a.y);
+  GemmStore<S>(a, {act, hid, false}, {w2, hid, true}, a.b, a.out, hid, b2.data(), a.y);
 }
 
 template <class S>
@@ -474,7 +504,7 @@ void GeluBackwardT(const Dense& a) {
   const float* act = Widened<S>(a.host, a.a, b, hid, kA);
   const float* w1 = Widened<S>(a.host, a.w1, hid, a.in, kW1);
   const float* w2 = Widened<S>(a.host, a.w2, a.out, hid, kW2);
-  GemmStore<S>(a.host, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
+  GemmStore<S>(a, {dy, a.out, true}, {act, hid, false}, a.out, hid, b, nullptr, a.dw2);
   ColumnSums<S>(a.host, dy, b, a.out, a.db2);
 
   // dH = (dy·w2) ⊙ GELU'(h), kept in f32; its column sums (dbias1) come from the same tile pass:
@@ -484,7 +514,7 @@ void GeluBackwardT(const Dense& a) {
   const int64_t tm = TileEdge(b, OPF_TUNE_TILE_M), row_tiles = (b + tm - 1) / tm;
   std::vector<double> totals(size_t(row_tiles * hid), 0.0);
   const S* hs = static_cast<const S*>(a.h);
-  Tiled(a.host, {dy, a.out, false}, {w2, hid, false}, b, hid, a.out,
+  Tiled(a, {dy, a.out, false}, {w2, hid, false}, b, hid, a.out,
         [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
           const DF d;
           const size_t w = size_t(j1 - j0);
@@ -510,8 +540,8 @@ void GeluBackwardT(const Dense& a) {
     for (int64_t t = 0; t < row_tiles; ++t) s += totals[size_t(t * hid + j)];
     db1[j] = from_f32<S>(float(s));
   }
-  GemmStore<S>(a.host, {dh, hid, true}, {x, a.in, false}, hid, a.in, b, nullptr, a.dw1);
-  GemmStore<S>(a.host, {dh, hid, false}, {w1, a.in, false}, b, a.in, hid, nullptr, a.dx);
+  GemmStore<S>(a, {dh, hid, true}, {x, a.in, false}, hid, a.in, b, nullptr, a.dw1);
+  GemmStore<S>(a, {dh, hid, false}, {w1, a.in, false}, b, a.in, hid, nullptr, a.dx);
 }
 
 void RunLinearBiasForward(const Dense& a) {
@@ -553,10 +583,18 @@ int64_t dim_of(const Args& args, int i, const char* name, int d) {
   return t.shape[d];
 }
 
+#ifdef OPF_JIT_HOST
+void PrepareGemm(const GemmShape& s) { GemmFor(s); }
+const GemmApi kGemmApi{PrepareGemm, GemmTile};
+#endif
+
 void call(const opf_call* c, bool execute) {
   const std::string_view entry = c->entry ? c->entry : "";
   Dense a{};
   a.host = c->host;
+#ifdef OPF_JIT_HOST
+  a.gemm = &kGemmApi;
+#endif
   if (entry == "linear_bias_forward") {
     const Args args(c, 4, 0);
     const opf_tensor& x = expect_lead(args, 0, "x", 2, "[batch, in]");
