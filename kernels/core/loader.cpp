@@ -381,34 +381,35 @@ struct Loader::Impl {
     // The host module must come from the sources the pair's does: one edited since is loaded again.
     const detail::JitSource host_src = host_source(s.op, s.be->name());
     const std::string host_key = detail::jit::compute_key(s.op, *s.be, host_src).key;
-    if (!s.host || s.host_key != host_key) {
-      // The op's first pair: its host code compiles beside the pair's kernels, a compiler each.
-      LoaderStats host_stats;
-      LoadedModule host;
-      std::exception_ptr host_error;
-      std::thread host_thread([&] {
+    // The op's first pair (or its sources were edited since the host module loaded): the host
+    // code compiles beside the pair's kernels, a compiler each.
+    const bool new_host = !s.host || s.host_key != host_key;
+    LoaderStats host_stats;
+    LoadedModule host;
+    std::exception_ptr host_error, kernels_error;
+    std::thread host_thread;
+    if (new_host)
+      host_thread = std::thread([&] {
         try {
           host = load_jit(s.op, *s.be, host_src, what + " host code", host_stats);
         } catch (...) {
           host_error = std::current_exception();
         }
       });
-      std::exception_ptr kernels_error;
-      try {
-        kernels = load_jit(s.op, *s.be, src, what + " " + key);
-      } catch (...) {
-        kernels_error = std::current_exception();
-      }
+    try {
+      kernels = load_jit(s.op, *s.be, src, what + " " + key);
+    } catch (...) {
+      kernels_error = std::current_exception();
+    }
+    if (new_host) {
       host_thread.join();
-      stats.cache_hits += host_stats.cache_hits;
-      stats.compiles += host_stats.compiles;
-      stats.lock_waits += host_stats.lock_waits;
+      stats += host_stats;
       if (host_error) std::rethrow_exception(host_error);
-      if (kernels_error) std::rethrow_exception(kernels_error);
+    }
+    if (kernels_error) std::rethrow_exception(kernels_error);
+    if (new_host) {
       s.host = host.info;
       s.host_key = host_key;
-    } else {
-      kernels = load_jit(s.op, *s.be, src, what + " " + key);
     }
     if (!kernels.info->impl)
       throw Error("JIT module " + kernels.path + " holds no kernel table (not built with OPF_JIT_KERNELS)");

@@ -54,6 +54,14 @@ struct LoaderStats {
   int cache_hits = 0;
   int compiles = 0;    // compiler (or NVRTC/hiprtc) runs done by this process
   int lock_waits = 0;  // times another process held the key's lock
+
+  LoaderStats& operator+=(const LoaderStats& o) {
+    prebuilt_loads += o.prebuilt_loads;
+    cache_hits += o.cache_hits;
+    compiles += o.compiles;
+    lock_waits += o.lock_waits;
+    return *this;
+  }
 };
 
 // Why a backend can or cannot run here, without side effects (no context is created).
