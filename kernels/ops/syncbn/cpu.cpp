@@ -319,16 +319,30 @@ inline Slots LastSlots(const Call& k) {
 }
 
 // ---------------------------------------------------------------- entries
-template <class S>
+// The layout an entry's kernels are compiled for. Each entry but backward_elemt names one, so its
+// JIT module (one entry: OPF_JIT_ENTRY) compiles that layout's loops alone: syncbn's slowest pair,
+// forward_z_c_last, compiled 22 % faster. Other modules keep one instantiation for both layouts,
+// chosen per call: split there, the prebuilt module's backward_elemt ran 13 % more instructions
+// at 1x1x1 (more instantiations in the unit, less inlining).
+enum Layout { kNchw, kChannelsLast, kEitherLayout };
+#ifdef OPF_JIT_ENTRY
+constexpr int kNchwEntry = kNchw, kLastEntry = kChannelsLast;
+#else
+constexpr int kNchwEntry = kEitherLayout, kLastEntry = kEitherLayout;
+#endif
+
+template <class S, int kLayout>
 void WelfordT(const Call& k) {
-  const Slots sl = k.last ? LastSlots(k) : slots_of(k.n);
+  const bool last = kLayout == kChannelsLast || (kLayout == kEitherLayout && k.last);
+  const Slots sl = last ? LastSlots(k) : slots_of(k.n);
   Acc acc(sl.count, k.ch);  // count, mean, m2
   const int64_t C = k.ch;
-  if (k.last) {
-    ForLastSlots(k, [&](int64_t s, int64_t r0, int64_t r1, float* scratch) {
-      RowsWelford<S>(k, r0, r1, scratch, &acc.a[s * C], &acc.b[s * C], &acc.c[s * C]);
-    });
-  } else {
+  if (last) {
+    if constexpr (kLayout != kNchw)
+      ForLastSlots(k, [&](int64_t s, int64_t r0, int64_t r1, float* scratch) {
+        RowsWelford<S>(k, r0, r1, scratch, &acc.a[s * C], &acc.b[s * C], &acc.c[s * C]);
+      });
+  } else if constexpr (kLayout != kChannelsLast) {
     const S* x = static_cast<const S*>(k.x);
     ForNchwTasks(k, sl, [&](int64_t s, int64_t n0, int64_t n1, int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -351,16 +365,18 @@ void WelfordT(const Call& k) {
   }
 }
 
-template <class S>
+template <class S, int kLayout>
 void ReduceT(const Call& k) {
-  const Slots sl = k.last ? LastSlots(k) : slots_of(k.n);
+  const bool last = kLayout == kChannelsLast || (kLayout == kEitherLayout && k.last);
+  const Slots sl = last ? LastSlots(k) : slots_of(k.n);
   Acc acc(sl.count, k.ch);  // sum dy, sum dy (x - mean)
   const int64_t C = k.ch;
-  if (k.last) {
-    ForLastSlots(k, [&](int64_t s, int64_t r0, int64_t r1, float* scratch) {
-      RowsReduce<S>(k, r0, r1, scratch, &acc.a[s * C], &acc.b[s * C]);
-    });
-  } else {
+  if (last) {
+    if constexpr (kLayout != kNchw)
+      ForLastSlots(k, [&](int64_t s, int64_t r0, int64_t r1, float* scratch) {
+        RowsReduce<S>(k, r0, r1, scratch, &acc.a[s * C], &acc.b[s * C]);
+      });
+  } else if constexpr (kLayout != kChannelsLast) {
     const S* x = static_cast<const S*>(k.x);
     const S* g = static_cast<const S*>(k.dy);
     ForNchwTasks(k, sl, [&](int64_t s, int64_t n0, int64_t n1, int64_t c0, int64_t c1) {
@@ -402,84 +418,90 @@ struct Consts {
 };
 enum Mode { kForward, kElemt, kReluBackward };
 
-template <class S, int kMode, bool kZ, bool kRelu>
+template <class S, int kMode, bool kZ, bool kRelu, int kLayout>
 HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t r0, int64_t r1) {
   const DF d;
   const S* x = static_cast<const S*>(k.x);
   const S* g = static_cast<const S*>(k.dy);
   const S* z = static_cast<const S*>(k.z);
   S* out = static_cast<S*>(k.out);
-  if (!k.last) {  // row r = (n, c) of hw elements: scalar constants
-    for (int64_t r = r0; r < r1; ++r) {
-      const size_t c = size_t(r % k.ch), off = size_t(r * k.hw);
-      const float m = q.m[c], a = q.a[c], b = q.b[c];
-      const VF vm = hn::Set(d, m), va = hn::Set(d, a), vb = hn::Set(d, b);
-      if constexpr (kMode == kElemt) {
-        const float k1 = q.k1[c], k2 = q.k2[c];
-        const VF v1 = hn::Set(d, k1), v2 = hn::Set(d, k2);
-        WriteRow(
-            d, out + off, size_t(k.hw), stream,
-            [&](size_t j) {
-              const VF u =
-                  hn::Sub(hn::Sub(LoadWiden(d, g + off + j), v1), hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), v2));
-              return hn::Mul(u, va);
-            },
-            [&](size_t j) { return (to_f32(g[off + j]) - k1 - (to_f32(x[off + j]) - m) * k2) * a; });
-      } else {
-        WriteRow(
-            d, out + off, size_t(k.hw), stream,
-            [&](size_t j) { return hn::Add(hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), va), vb); },
-            [&](size_t j) { return (to_f32(x[off + j]) - m) * a + b; });
-      }
-    }
-  } else {  // row r of ch channels: constants by lane; the row's tail through the scalar formula
-    const size_t ch = size_t(k.ch);
-    const VF zero = hn::Zero(d);
-    for (int64_t r = r0; r < r1; ++r) {
-      const size_t off = size_t(r) * ch;
-      if constexpr (kMode == kElemt) {
-        WriteRow(
-            d, out + off, ch, stream,
-            [&](size_t j) {
-              const VF u =
-                  hn::Sub(hn::Sub(LoadWiden(d, g + off + j), hn::LoadU(d, q.k1 + j)),
-                          hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.k2 + j)));
-              return hn::Mul(u, hn::LoadU(d, q.a + j));
-            },
-            [&](size_t j) {
-              return (to_f32(g[off + j]) - q.k1[j] - (to_f32(x[off + j]) - q.m[j]) * q.k2[j]) * q.a[j];
-            });
-      } else {
-        // the pre-ReLU value; the two forms must round alike (the mask of relu_backward)
-        const auto tv = [&](size_t j) {
-          VF t = hn::Add(hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.a + j)),
-                         hn::LoadU(d, q.b + j));
-          if constexpr (kZ) t = hn::Add(t, LoadWiden(d, z + off + j));
-          return t;
-        };
-        const auto t1 = [&](size_t j) {
-          float t = (to_f32(x[off + j]) - q.m[j]) * q.a[j] + q.b[j];
-          if constexpr (kZ) t = t + to_f32(z[off + j]);
-          return t;
-        };
-        if constexpr (kMode == kForward) {
+  const bool nchw = kLayout == kNchw || (kLayout == kEitherLayout && !k.last);
+  if constexpr (kLayout != kChannelsLast) {
+    if (nchw) {  // row r = (n, c) of hw elements: scalar constants
+      for (int64_t r = r0; r < r1; ++r) {
+        const size_t c = size_t(r % k.ch), off = size_t(r * k.hw);
+        const float m = q.m[c], a = q.a[c], b = q.b[c];
+        const VF vm = hn::Set(d, m), va = hn::Set(d, a), vb = hn::Set(d, b);
+        if constexpr (kMode == kElemt) {
+          const float k1 = q.k1[c], k2 = q.k2[c];
+          const VF v1 = hn::Set(d, k1), v2 = hn::Set(d, k2);
           WriteRow(
-              d, out + off, ch, stream,
+              d, out + off, size_t(k.hw), stream,
               [&](size_t j) {
-                const VF t = tv(j);
-                if constexpr (kRelu) return hn::IfThenZeroElse(hn::Le(t, zero), t);
-                return t;
+                const VF u = hn::Sub(hn::Sub(LoadWiden(d, g + off + j), v1),
+                                     hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), v2));
+                return hn::Mul(u, va);
               },
-              [&](size_t j) {
-                const float t = t1(j);
-                if constexpr (kRelu) return t <= 0.0f ? 0.0f : t;
-                return t;
-              });
+              [&](size_t j) { return (to_f32(g[off + j]) - k1 - (to_f32(x[off + j]) - m) * k2) * a; });
         } else {
           WriteRow(
+              d, out + off, size_t(k.hw), stream,
+              [&](size_t j) { return hn::Add(hn::Mul(hn::Sub(LoadWiden(d, x + off + j), vm), va), vb); },
+              [&](size_t j) { return (to_f32(x[off + j]) - m) * a + b; });
+        }
+      }
+    }
+  }
+  if constexpr (kLayout != kNchw) {
+    if (!nchw) {  // row r of ch channels: constants by lane; the row's tail through the scalar formula
+      const size_t ch = size_t(k.ch);
+      const VF zero = hn::Zero(d);
+      for (int64_t r = r0; r < r1; ++r) {
+        const size_t off = size_t(r) * ch;
+        if constexpr (kMode == kElemt) {
+          WriteRow(
               d, out + off, ch, stream,
-              [&](size_t j) { return hn::IfThenZeroElse(hn::Le(tv(j), zero), LoadWiden(d, g + off + j)); },
-              [&](size_t j) { return t1(j) <= 0.0f ? 0.0f : to_f32(g[off + j]); });
+              [&](size_t j) {
+                const VF u =
+                    hn::Sub(hn::Sub(LoadWiden(d, g + off + j), hn::LoadU(d, q.k1 + j)),
+                            hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.k2 + j)));
+                return hn::Mul(u, hn::LoadU(d, q.a + j));
+              },
+              [&](size_t j) {
+                return (to_f32(g[off + j]) - q.k1[j] - (to_f32(x[off + j]) - q.m[j]) * q.k2[j]) * q.a[j];
+              });
+        } else {
+          // the pre-ReLU value; the two forms must round alike (the mask of relu_backward)
+          const auto tv = [&](size_t j) {
+            VF t = hn::Add(hn::Mul(hn::Sub(LoadWiden(d, x + off + j), hn::LoadU(d, q.m + j)), hn::LoadU(d, q.a + j)),
+                           hn::LoadU(d, q.b + j));
+            if constexpr (kZ) t = hn::Add(t, LoadWiden(d, z + off + j));
+            return t;
+          };
+          const auto t1 = [&](size_t j) {
+            float t = (to_f32(x[off + j]) - q.m[j]) * q.a[j] + q.b[j];
+            if constexpr (kZ) t = t + to_f32(z[off + j]);
+            return t;
+          };
+          if constexpr (kMode == kForward) {
+            WriteRow(
+                d, out + off, ch, stream,
+                [&](size_t j) {
+                  const VF t = tv(j);
+                  if constexpr (kRelu) return hn::IfThenZeroElse(hn::Le(t, zero), t);
+                  return t;
+                },
+                [&](size_t j) {
+                  const float t = t1(j);
+                  if constexpr (kRelu) return t <= 0.0f ? 0.0f : t;
+                  return t;
+                });
+          } else {
+            WriteRow(
+                d, out + off, ch, stream,
+                [&](size_t j) { return hn::IfThenZeroElse(hn::Le(tv(j), zero), LoadWiden(d, g + off + j)); },
+                [&](size_t j) { return t1(j) <= 0.0f ? 0.0f : to_f32(g[off + j]); });
+          }
         }
       }
     }
@@ -487,7 +509,7 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
   if (stream) hwy::FlushStream();
 }
 
-template <class S, int kMode, bool kZ, bool kRelu>
+template <class S, int kMode, bool kZ, bool kRelu, int kLayout>
 void ElemT(const Call& k) {
   const size_t C = size_t(k.ch);
   // padded by a vector so that the channels-last loads of a row's last whole vector stay inside
@@ -508,46 +530,51 @@ void ElemT(const Call& k) {
   const bool stream = bytes >= double(OPF_TUNE_STREAM_MIN_BYTES);
   const double streams = 2.0 + (kMode == kForward ? 0 : 1) + (kZ ? 1 : 0);  // tensors read and written per element
   const int64_t chunk = opf::cpu::rows_per_task(rows, streams * double(len) * sizeof(S));
-  opf::cpu::parallel_rows(k.host, rows, chunk,
-                          [&](int64_t r0, int64_t r1) { ElemRows<S, kMode, kZ, kRelu>(k, q, stream, r0, r1); });
+  opf::cpu::parallel_rows(k.host, rows, chunk, [&](int64_t r0, int64_t r1) {
+    ElemRows<S, kMode, kZ, kRelu, kLayout>(k, q, stream, r0, r1);
+  });
 }
 
 void RunWelford(const Call& k) {
-  if (k.last) opf::cpu::run_storage<"welford_c_last">(k.dtype, [&](auto s) { WelfordT<decltype(s)>(k); });
-  else opf::cpu::run_storage<"welford">(k.dtype, [&](auto s) { WelfordT<decltype(s)>(k); });
+  if (k.last) opf::cpu::run_storage<"welford_c_last">(k.dtype, [&](auto s) { WelfordT<decltype(s), kLastEntry>(k); });
+  else opf::cpu::run_storage<"welford">(k.dtype, [&](auto s) { WelfordT<decltype(s), kNchwEntry>(k); });
 }
 void RunReduce(const Call& k) {
-  if (k.last) opf::cpu::run_storage<"backward_reduce_c_last">(k.dtype, [&](auto s) { ReduceT<decltype(s)>(k); });
-  else opf::cpu::run_storage<"backward_reduce">(k.dtype, [&](auto s) { ReduceT<decltype(s)>(k); });
+  if (k.last)
+    opf::cpu::run_storage<"backward_reduce_c_last">(k.dtype, [&](auto s) { ReduceT<decltype(s), kLastEntry>(k); });
+  else opf::cpu::run_storage<"backward_reduce">(k.dtype, [&](auto s) { ReduceT<decltype(s), kNchwEntry>(k); });
 }
 void RunForward(const Call& k) {
   if (!k.last)
-    return opf::cpu::run_storage<"forward">(k.dtype, [&](auto s) { ElemT<decltype(s), kForward, false, false>(k); });
+    return opf::cpu::run_storage<"forward">(k.dtype,
+                                            [&](auto s) { ElemT<decltype(s), kForward, false, false, kNchwEntry>(k); });
   if (k.z) {
     opf::cpu::run_storage<"forward_z_c_last">(k.dtype, [&](auto s) {
-      if (k.relu) ElemT<decltype(s), kForward, true, true>(k);
-      else ElemT<decltype(s), kForward, true, false>(k);
+      if (k.relu) ElemT<decltype(s), kForward, true, true, kLastEntry>(k);
+      else ElemT<decltype(s), kForward, true, false, kLastEntry>(k);
     });
   } else {
     opf::cpu::run_storage<"forward_c_last">(k.dtype, [&](auto s) {
-      if (k.relu) ElemT<decltype(s), kForward, false, true>(k);
-      else ElemT<decltype(s), kForward, false, false>(k);
+      if (k.relu) ElemT<decltype(s), kForward, false, true, kLastEntry>(k);
+      else ElemT<decltype(s), kForward, false, false, kLastEntry>(k);
     });
   }
 }
 void RunElemt(const Call& k) {
   if (k.last)
-    opf::cpu::run_storage<"backward_elemt_c_last">(k.dtype,
-                                                   [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
-  else opf::cpu::run_storage<"backward_elemt">(k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false>(k); });
+    opf::cpu::run_storage<"backward_elemt_c_last">(
+        k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false, kEitherLayout>(k); });
+  else
+    opf::cpu::run_storage<"backward_elemt">(
+        k.dtype, [&](auto s) { ElemT<decltype(s), kElemt, false, false, kEitherLayout>(k); });
 }
 void RunReluBackward(const Call& k) {
   if (k.z)
-    opf::cpu::run_storage<"relu_backward_z_c_last">(k.dtype,
-                                                    [&](auto s) { ElemT<decltype(s), kReluBackward, true, false>(k); });
+    opf::cpu::run_storage<"relu_backward_z_c_last">(
+        k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, true, false, kLastEntry>(k); });
   else
-    opf::cpu::run_storage<"relu_backward_c_last">(k.dtype,
-                                                  [&](auto s) { ElemT<decltype(s), kReluBackward, false, false>(k); });
+    opf::cpu::run_storage<"relu_backward_c_last">(
+        k.dtype, [&](auto s) { ElemT<decltype(s), kReluBackward, false, false, kLastEntry>(k); });
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
