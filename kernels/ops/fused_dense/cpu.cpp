@@ -73,8 +73,8 @@ struct GemmShape {
 
 // The GEMMs as a CPU JIT kernels module reaches them: the oneDNN plumbing below (the matmul cache,
 // per-thread streams, the OpenMP guard) is host code there, compiled once per op in the JIT's host
-// module rather than in every pair's kernels module (it was a third of one's compile). Prebuilt
-// and unsplit modules call it directly (GemmPrepare / GemmRun below), as before.
+// module rather than in every pair's kernels module (it was a third of one's compile). Every other
+// module (prebuilt, unsplit, the host module itself) calls it directly (GemmPrepare / GemmRun below).
 struct GemmApi {
   void (*prepare)(const GemmShape& s);  // the shape's matmul, made now (on the calling thread)
   void (*tile)(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile);
@@ -250,7 +250,7 @@ inline void GemmTile(const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t 
 #endif  // OPF_JIT_KERNELS
 
 namespace opf::fused_dense_cpu {
-#if defined(OPF_JIT_KERNELS) || defined(OPF_JIT_HOST)
+#ifdef OPF_JIT_KERNELS  // the host module's, through the table it passes in (Dense::gemm)
 inline void GemmPrepare(const Dense& a, const GemmShape& s) { a.gemm->prepare(s); }
 inline void GemmRun(const Dense& a, const Mat& A, const Mat& B, int64_t k, int64_t i0, int64_t i1, int64_t j0,
                     int64_t j1, float* tile) {

@@ -330,10 +330,15 @@ constexpr int kNchwEntry = kNchw, kLastEntry = kChannelsLast;
 #else
 constexpr int kNchwEntry = kEitherLayout, kLastEntry = kEitherLayout;
 #endif
+// Whether a kernel compiled for kLayout runs this call channels last.
+template <int kLayout>
+bool ChannelsLast(const Call& k) {
+  return kLayout == kChannelsLast || (kLayout == kEitherLayout && k.last);
+}
 
 template <class S, int kLayout>
 void WelfordT(const Call& k) {
-  const bool last = kLayout == kChannelsLast || (kLayout == kEitherLayout && k.last);
+  const bool last = ChannelsLast<kLayout>(k);
   const Slots sl = last ? LastSlots(k) : slots_of(k.n);
   Acc acc(sl.count, k.ch);  // count, mean, m2
   const int64_t C = k.ch;
@@ -367,7 +372,7 @@ void WelfordT(const Call& k) {
 
 template <class S, int kLayout>
 void ReduceT(const Call& k) {
-  const bool last = kLayout == kChannelsLast || (kLayout == kEitherLayout && k.last);
+  const bool last = ChannelsLast<kLayout>(k);
   const Slots sl = last ? LastSlots(k) : slots_of(k.n);
   Acc acc(sl.count, k.ch);  // sum dy, sum dy (x - mean)
   const int64_t C = k.ch;
@@ -425,7 +430,7 @@ HWY_NOINLINE void ElemRows(const Call& k, const Consts& q, bool stream, int64_t 
   const S* g = static_cast<const S*>(k.dy);
   const S* z = static_cast<const S*>(k.z);
   S* out = static_cast<S*>(k.out);
-  const bool nchw = kLayout == kNchw || (kLayout == kEitherLayout && !k.last);
+  const bool nchw = !ChannelsLast<kLayout>(k);
   if constexpr (kLayout != kChannelsLast) {
     if (nchw) {  // row r = (n, c) of hw elements: scalar constants
       for (int64_t r = r0; r < r1; ++r) {
