@@ -92,9 +92,9 @@ struct Dense {
 };
 
 // Per thread and slot (cpu/scratch.h): dH alone is 32 MiB at 2048 x 4096, and a fresh buffer per call
-// cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first two
-// slots (their tile and its GEMM's scratchpad); the calling thread the others.
-enum Slot { kTile, kGemm, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
+// cost more in first-touch page faults than the whole GELU' epilogue. Pool threads use the first three
+// slots (their tile, its GEMM's scratchpad, a bias gradient's f32 partial); the calling thread the others.
+enum Slot { kTile, kGemm, kPart, kDh, kAct, kX, kW1, kW2, kDy, kA, kSlots };
 inline float* Scratch(Slot slot, size_t n) { return opf::cpu::thread_scratch<Slot, kSlots>(n, slot); }
 }  // namespace opf::fused_dense_cpu
 
@@ -298,9 +298,7 @@ constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 template <class Body>
 HWY_INLINE void ForColumns(DF d, size_t w, Body&& body) {
   const size_t N = hn::Lanes(d);
-  size_t j = 0;
-  for (; j + N <= w; j += N) body(j, N);
-  if (j < w) body(j, w - j);
+  for (size_t j = 0; j < w; j += N) body(j, std::min(N, w - j));
 }
 template <class S>
 HWY_INLINE VF LoadPart(DF d, const S* p, size_t n) {
@@ -417,25 +415,43 @@ void GemmStore(const Dense& a, const Mat& A, const Mat& B, int64_t m, int64_t n,
   });
 }
 
-// Column sums of an f32 [rows, cols] matrix into out (T): f32 partials of reduce_rows rows,
-// added in f64 in an order fixed by the row count (cpu/parallel.h parallel_column_sums).
+// Bias gradients: each task adds its rows into an f32 partial, column by column, and moves the
+// partial into its f64 totals after every reduce_rows rows and after its last row. Lanes are
+// columns, so every column is summed in row order whatever the vector width. Row i of the task's
+// rows [i0, i1).
+HWY_INLINE void AddRow(const float* HWY_RESTRICT row, size_t w, int64_t i, int64_t i0, int64_t i1,
+                       float* HWY_RESTRICT part, double* HWY_RESTRICT tot) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + N <= w; j += N) hn::StoreU(hn::Add(hn::LoadU(d, part + j), hn::LoadU(d, row + j)), d, part + j);
+  OPF_SCALAR_LOOP
+  for (; j < w; ++j) part[j] += row[j];
+  if ((i + 1 - i0) % OPF_TUNE_REDUCE_ROWS != 0 && i + 1 != i1) return;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dh;
+  const size_t M = hn::Lanes(dd);
+  for (j = 0; j + M <= w; j += M)
+    hn::StoreU(hn::Add(hn::LoadU(dd, tot + j), hn::PromoteTo(dd, hn::LoadU(dh, part + j))), dd, tot + j);
+  OPF_SCALAR_LOOP
+  for (; j < w; ++j) tot[j] += double(part[j]);
+  std::memset(part, 0, w * sizeof(float));
+}
+
+// Column sums of an f32 [rows, cols] matrix into out (T), in f64 in an order fixed by the row
+// count (cpu/parallel.h parallel_column_sums).
 template <class S>
 void ColumnSums(const opf_host* host, const float* src, int64_t rows, int64_t cols, void* out) {
   std::vector<double> sums;
-  opf::cpu::parallel_column_sums(host, rows, OPF_TUNE_REDUCE_ROWS, size_t(cols), sums,
+  const size_t w = size_t(cols);
+  opf::cpu::parallel_column_sums(host, rows, OPF_TUNE_REDUCE_ROWS, w, sums,
                                  [&](int64_t r0, int64_t r1, double* totals) {
-                                   std::vector<float> part(size_t(cols), 0.0f);
-                                   for (int64_t r = r0; r < r1; ++r) {
-                                     const float* row = src + r * cols;
-                                     for (int64_t j = 0; j < cols; ++j) part[size_t(j)] += row[j];
-                                     if ((r + 1 - r0) % OPF_TUNE_REDUCE_ROWS == 0 || r + 1 == r1) {
-                                       for (int64_t j = 0; j < cols; ++j) totals[j] += double(part[size_t(j)]);
-                                       std::fill(part.begin(), part.end(), 0.0f);
-                                     }
-                                   }
+                                   float* part = Scratch(kPart, std::max<size_t>(w, 1));
+                                   std::memset(part, 0, w * sizeof(float));
+                                   for (int64_t r = r0; r < r1; ++r) AddRow(src + r * cols, w, r, r0, r1, part, totals);
                                  });
   S* o = static_cast<S*>(out);
-  for (int64_t j = 0; j < cols; ++j) o[j] = from_f32<S>(float(sums[size_t(j)]));
+  for (size_t j = 0; j < w; ++j) o[j] = from_f32<S>(float(sums[j]));
 }
 
 template <class S>
@@ -518,7 +534,8 @@ void GeluBackwardT(const Dense& a) {
         [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* tile) {
           const DF d;
           const size_t w = size_t(j1 - j0);
-          std::vector<float> part(w, 0.0f);
+          float* part = Scratch(kPart, w);  // w >= 1: Tiled makes no empty tile
+          std::memset(part, 0, w * sizeof(float));
           double* tot = totals.data() + (i0 / tm) * hid + j0;
           for (int64_t i = i0; i < i1; ++i) {
             const float* row = tile + (i - i0) * int64_t(w);
@@ -527,11 +544,7 @@ void GeluBackwardT(const Dense& a) {
               const auto g = hn::Mul(LoadPart(d, row + j, c), DGelu(d, LoadPart(d, hs + i * hid + j0 + j, c)));
               StorePart(d, g, out + j, c);
             });
-            for (size_t j = 0; j < w; ++j) part[j] += out[j];
-            if ((i + 1 - i0) % OPF_TUNE_REDUCE_ROWS == 0 || i + 1 == i1) {
-              for (size_t j = 0; j < w; ++j) tot[j] += double(part[j]);
-              std::fill(part.begin(), part.end(), 0.0f);
-            }
+            AddRow(out, w, i, i0, i1, part, tot);
           }
         });
   S* db1 = static_cast<S*>(a.db1);
