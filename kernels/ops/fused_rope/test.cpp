@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opforge/abi.h"
@@ -191,22 +192,28 @@ TEST(FusedRopeViews, TransposedBshdInputAndOutputGiveTheDenseBits) {
 }
 
 // out == t (same memory, same strides: PyTorch's in-place form) gives the out-of-place bits: each
-// row is read whole before it is written.
+// row is read whole before it is written. d = 40 takes the path through a scratch row; d = 128,
+// d2 = 64 the path straight into the output (whole vector groups, up to 2 x 16 lanes).
 TEST(FusedRopeViews, InPlaceGivesTheOutOfPlaceBits) {
-  const int64_t S = 6, B = 2, H = 3, D = 40, D2 = 32, n = S * B * H * D;
-  for (const char* entry : {"forward", "backward"}) {
-    const bool bwd = entry[0] == 'b';
-    Buf t = random_buf(DType::bf16, size_t(n), -1, 1, 21), f = random_buf(DType::f32, size_t(S * D2), -12, 12, 22);
-    Buf want(DType::bf16, size_t(n));
-    const Shape shape{S, B, H, D}, fshape{S, 1, 1, D2};
-    ASSERT_EQ(run(entry,
-                  {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &want, shape}}),
-              "");
-    ASSERT_EQ(
-        run(entry, {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &t, shape}}),
-        "");
-    EXPECT_TRUE(same_bits(t, want)) << entry;
-  }
+  for (const auto& [D, D2] : {std::pair<int64_t, int64_t>{40, 32}, {128, 64}})
+    for (DType dt : {DType::bf16, DType::f32})
+      for (const char* entry : {"forward", "backward"}) {
+        SCOPED_TRACE(std::string(opf::dtype_name(dt)) + " " + entry + " d=" + std::to_string(D));
+        const int64_t S = 6, B = 2, H = 3, n = S * B * H * D;
+        const bool bwd = entry[0] == 'b';
+        Buf t = random_buf(dt, size_t(n), -1, 1, 21), f = random_buf(DType::f32, size_t(S * D2), -12, 12, 22);
+        Buf want(dt, size_t(n));
+        const Shape shape{S, B, H, D}, fshape{S, 1, 1, D2};
+        ASSERT_EQ(
+            run(entry,
+                {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &want, shape}}),
+            "");
+        ASSERT_EQ(
+            run(entry,
+                {{bwd ? "grad_out" : "t", &t, shape}, {"freqs", &f, fshape}, {bwd ? "grad_t" : "out", &t, shape}}),
+            "");
+        EXPECT_TRUE(same_bits(t, want));
+      }
 }
 
 // ---------------------------------------------------------------- thd
